@@ -1,0 +1,80 @@
+//! Ring descriptors (docs/hw-spec.md §4).
+
+/// Descriptor kind: does nothing.
+pub const DESC_NOP: u32 = 0;
+/// Descriptor kind: execute a command buffer.
+pub const DESC_EXEC: u32 = 1;
+/// Descriptor kind: stall until a u64 in memory reaches a value.
+pub const DESC_WAIT: u32 = 2;
+/// Descriptor flag: write `value` to `fence_pa` on completion.
+pub const DESC_FLAG_FENCE: u32 = 1 << 0;
+/// Descriptor flag: raise `JOB_DONE(q)` on completion.
+pub const DESC_FLAG_IRQ: u32 = 1 << 1;
+/// Largest command buffer one descriptor may run (bytes).
+pub const MAX_CMD_SIZE: u32 = 1 << 20;
+
+/// One 64-byte ring descriptor, as the device reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Desc {
+    /// `DESC_NOP`, `DESC_EXEC` or `DESC_WAIT`.
+    pub kind: u32,
+    /// `DESC_FLAG_*`.
+    pub flags: u32,
+    /// EXEC: address-space slot.
+    pub as_slot: u32,
+    /// EXEC: command-buffer size in bytes.
+    pub cmd_size: u32,
+    /// EXEC: command-buffer VA.
+    pub cmd_va: u64,
+    /// EXEC+FENCE: fence PA; WAIT: PA of the watched u64.
+    pub fence_pa: u64,
+    /// EXEC+FENCE: value written; WAIT: value waited for.
+    pub value: u64,
+    /// Driver tag echoed in `Q_CUR_JOB` / `FAULT_JOB`.
+    pub job_id: u64,
+    /// Must be zero.
+    pub reserved: [u64; 2],
+}
+
+/// Size of a descriptor in bytes.
+pub const DESC_SIZE: usize = 64;
+
+impl Desc {
+    /// The descriptor as the little-endian bytes the device fetches.
+    pub fn to_bytes(&self) -> [u8; DESC_SIZE] {
+        let mut b = [0u8; DESC_SIZE];
+        b[0..4].copy_from_slice(&self.kind.to_le_bytes());
+        b[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[8..12].copy_from_slice(&self.as_slot.to_le_bytes());
+        b[12..16].copy_from_slice(&self.cmd_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.cmd_va.to_le_bytes());
+        b[24..32].copy_from_slice(&self.fence_pa.to_le_bytes());
+        b[32..40].copy_from_slice(&self.value.to_le_bytes());
+        b[40..48].copy_from_slice(&self.job_id.to_le_bytes());
+        b[48..56].copy_from_slice(&self.reserved[0].to_le_bytes());
+        b[56..64].copy_from_slice(&self.reserved[1].to_le_bytes());
+        b
+    }
+
+    /// Parses the bytes the device fetched.
+    pub fn from_bytes(b: &[u8; DESC_SIZE]) -> Self {
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        Desc {
+            kind: u32_at(0),
+            flags: u32_at(4),
+            as_slot: u32_at(8),
+            cmd_size: u32_at(12),
+            cmd_va: u64_at(16),
+            fence_pa: u64_at(24),
+            value: u64_at(32),
+            job_id: u64_at(40),
+            reserved: [u64_at(48), u64_at(56)],
+        }
+    }
+}
