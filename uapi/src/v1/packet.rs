@@ -82,11 +82,28 @@ pub const fn header_words(h: u32) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet {
     /// Padding of `words` words.
-    Nop { words: usize },
+    Nop {
+        /// Length of the packet in words, header included.
+        words: usize,
+    },
     /// Copy `size` bytes from `src` to `dst`.
-    Copy { src: u64, dst: u64, size: u64 },
+    Copy {
+        /// Source VA.
+        src: u64,
+        /// Destination VA.
+        dst: u64,
+        /// Bytes.
+        size: u64,
+    },
     /// Fill `size` bytes at `dst` with `pattern`.
-    Fill { dst: u64, size: u64, pattern: u32 },
+    Fill {
+        /// Destination VA.
+        dst: u64,
+        /// Bytes (multiple of 4).
+        size: u64,
+        /// 32-bit pattern.
+        pattern: u32,
+    },
     /// `C (+)= A * B`.
     Gemm {
         /// A (int8, m x k, row stride lda).
@@ -128,11 +145,26 @@ pub enum Packet {
         shift: u32,
     },
     /// Write the timestamp to `dst`.
-    Timestamp { dst: u64 },
+    Timestamp {
+        /// Destination VA (8-byte aligned).
+        dst: u64,
+    },
     /// Write `value` to `dst`, raising the FENCE cause if `irq`.
-    Fence { dst: u64, value: u64, irq: bool },
+    Fence {
+        /// Destination VA (8-byte aligned).
+        dst: u64,
+        /// Value written.
+        value: u64,
+        /// Raise the FENCE interrupt cause.
+        irq: bool,
+    },
     /// Stall until `*addr >= value`.
-    WaitMem { addr: u64, value: u64 },
+    WaitMem {
+        /// VA of the watched u64 (8-byte aligned).
+        addr: u64,
+        /// Value waited for.
+        value: u64,
+    },
     /// Debug hang.
     Hang,
 }
@@ -337,7 +369,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
         OP_TIMESTAMP => {
             fixed(words, TIMESTAMP_WORDS, 0)?;
             let dst = u64_at(words, 1);
-            if !range_ok(dst, 8) || dst % 8 != 0 {
+            if !range_ok(dst, 8) || dst & 7 != 0 {
                 return Err(Malformed::Operand(
                     "TIMESTAMP destination not 8-byte aligned",
                 ));
@@ -347,7 +379,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
         OP_FENCE => {
             let flags = fixed(words, FENCE_WORDS, FENCE_FLAG_IRQ)?;
             let dst = u64_at(words, 1);
-            if !range_ok(dst, 8) || dst % 8 != 0 {
+            if !range_ok(dst, 8) || dst & 7 != 0 {
                 return Err(Malformed::Operand("FENCE destination not 8-byte aligned"));
             }
             Packet::Fence {
@@ -359,7 +391,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
         OP_WAIT_MEM => {
             fixed(words, WAIT_MEM_WORDS, 0)?;
             let addr = u64_at(words, 1);
-            if !range_ok(addr, 8) || addr % 8 != 0 {
+            if !range_ok(addr, 8) || addr & 7 != 0 {
                 return Err(Malformed::Operand("WAIT_MEM address not 8-byte aligned"));
             }
             Packet::WaitMem {
