@@ -2,7 +2,8 @@
 //!
 //! All of it lives in [`model`], a module tree with no crate-level attributes, no `std` and no
 //! `alloc`, which the kernel module includes by path, next to the `uapi` source it depends on
-//! (it refers to the contract as `super::uapi` from its root: see `model/mod.rs`).
+//! (it refers to the contract as `crate::uapi`, which this crate provides by re-exporting the
+//! `uapi` crate at its root: see `model/mod.rs`).
 #![no_std]
 
 pub use uapi;

@@ -1,0 +1,406 @@
+//! Packet execution (hw-spec §6): fetching and decoding one packet of a command buffer, and
+//! executing one decoded packet against an address space.
+//!
+//! Every memory access goes through [`Space`], which translates page by page (one walk per new
+//! page, cached in a per-operand [`Tlb`]) and never issues a physical access that crosses a
+//! page. Data moves through small on-stack buffers, so nothing here allocates and the stack
+//! stays around 1.5 KiB.
+
+use super::mem::{Clock, PhysMem};
+use super::mmu::{Fault, Tlb, PAGE_SIZE};
+use crate::uapi::packet::{self, Packet};
+use crate::uapi::regs;
+
+/// Bytes moved per chunk by COPY and FILL.
+const CHUNK: usize = 512;
+/// Columns of C computed per GEMM tile (the int32 accumulator lives on the stack).
+const GEMM_COLS: usize = 128;
+/// Elements of an A row fetched per GEMM chunk.
+const GEMM_K_CHUNK: usize = 256;
+/// int32 elements per ELTWISE chunk.
+const ELT_CHUNK: usize = 64;
+
+/// One address space as the executor sees it: the device's memory and the PA of the top-level
+/// page table of the descriptor's slot.
+pub struct Space<'a, M: PhysMem + ?Sized> {
+    /// Physical memory.
+    pub mem: &'a M,
+    /// `AS_PT_BASE` of the slot.
+    pub pt_base: u64,
+}
+
+impl<M: PhysMem + ?Sized> Space<'_, M> {
+    /// Calls `f(va, pa, range)` for each piece of `[va, va + len)` that lies in one page, in
+    /// order, where `range` is the piece's byte range relative to `va`.
+    fn for_pages(
+        &self,
+        tlb: &mut Tlb,
+        va: u64,
+        len: usize,
+        access: u32,
+        mut f: impl FnMut(u64, u64, core::ops::Range<usize>) -> Result<(), Fault>,
+    ) -> Result<(), Fault> {
+        let mut done = 0usize;
+        while done < len {
+            // A range that wraps the 64-bit space starts at or above 2^48 and fails its first
+            // walk, so this never triggers; it only keeps the arithmetic checked.
+            let cur =
+                va.checked_add(done as u64)
+                    .ok_or(Fault::new(regs::FAULT_UNMAPPED, access, va))?;
+            let left_in_page = PAGE_SIZE - (cur & (PAGE_SIZE - 1));
+            let n = core::cmp::min(left_in_page, (len - done) as u64) as usize;
+            let pa = tlb.translate(self.mem, self.pt_base, cur, access)?;
+            f(cur, pa, done..done + n)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `va` for an access of type `access` (read or fetch).
+    pub fn read(&self, tlb: &mut Tlb, va: u64, buf: &mut [u8], access: u32) -> Result<(), Fault> {
+        let mem = self.mem;
+        self.for_pages(tlb, va, buf.len(), access, |cur, pa, range| {
+            let dst = buf.get_mut(range).unwrap_or_default();
+            mem.read(pa, dst)
+                .map_err(|_| Fault::new(regs::FAULT_BUS_ERROR, access, cur))
+        })
+    }
+
+    /// Writes `data` at `va`.
+    pub fn write(&self, tlb: &mut Tlb, va: u64, data: &[u8]) -> Result<(), Fault> {
+        let mem = self.mem;
+        let access = regs::ACCESS_WRITE;
+        self.for_pages(tlb, va, data.len(), access, |cur, pa, range| {
+            let src = data.get(range).unwrap_or_default();
+            mem.write(pa, src)
+                .map_err(|_| Fault::new(regs::FAULT_BUS_ERROR, access, cur))
+        })
+    }
+}
+
+/// A packet fetched from a command buffer and decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// The decoded packet (a NOP carries its full length in words).
+    pub packet: Packet,
+    /// Its length in bytes: the offset of the next packet is the current one plus this.
+    pub bytes: u32,
+}
+
+/// Fetches (access type `FETCH`) and decodes the packet at byte `offset` of the command buffer
+/// `[cmd_va, cmd_va + cmd_size)`, with the one decoder the KMD also uses
+/// (`uapi::packet::decode`).
+///
+/// A packet that does not decode (unknown opcode, bad length, undefined flags, bad operand,
+/// running past the end of the buffer, HANG while `hang_enabled` is false) faults with
+/// `MALFORMED_PACKET`, access `FETCH` and the VA of the packet header. The body of a NOP is
+/// never fetched (its operands are ignored).
+pub fn fetch<M: PhysMem + ?Sized>(
+    space: &Space<'_, M>,
+    cmd_va: u64,
+    cmd_size: u32,
+    offset: u32,
+    hang_enabled: bool,
+) -> Result<Fetched, Fault> {
+    let fetch = regs::ACCESS_FETCH;
+    let va = cmd_va.checked_add(u64::from(offset)).ok_or(Fault::new(
+        regs::FAULT_UNMAPPED,
+        fetch,
+        cmd_va,
+    ))?;
+    let malformed = Fault::new(regs::FAULT_MALFORMED_PACKET, fetch, va);
+    let mut tlb = Tlb::new();
+
+    let mut bytes = [0u8; packet::MAX_FIXED_WORDS * 4];
+    let (head, body) = bytes.split_at_mut(4);
+    space.read(&mut tlb, va, head, fetch)?;
+    let h = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let remaining = (cmd_size.saturating_sub(offset) / 4) as usize;
+    let n = packet::packet_words(h, remaining).map_err(|_| malformed)?;
+
+    let mut words = [0u32; packet::MAX_FIXED_WORDS];
+    let used = if packet::header_opcode(h) == packet::OP_NOP {
+        1
+    } else if n <= packet::MAX_FIXED_WORDS {
+        let body = body.get_mut(..(n - 1) * 4).unwrap_or_default();
+        space.read(&mut tlb, va.wrapping_add(4), body, fetch)?;
+        n
+    } else {
+        // Longer than any fixed-size packet: only NOP may be, so this is a bad length.
+        return Err(malformed);
+    };
+    for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)).take(used) {
+        *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    let packet = match packet::decode(words.get(..used).unwrap_or_default(), hang_enabled) {
+        Ok(Packet::Nop { .. }) => Packet::Nop { words: n },
+        Ok(p) => p,
+        Err(_) => return Err(malformed),
+    };
+    Ok(Fetched {
+        packet,
+        // n <= remaining <= 2^18, so this fits.
+        bytes: (n as u32).wrapping_mul(4),
+    })
+}
+
+/// What executing one packet did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The packet completed.
+    Done,
+    /// A FENCE with the IRQ flag completed: raise the `FENCE` cause.
+    FenceIrq,
+    /// A WAIT_MEM whose condition is not met yet: execute it again later.
+    Waiting,
+    /// A HANG: the queue stops until reset.
+    Hang,
+}
+
+/// Executes one decoded packet in `space`, reading the time from `clock`. On a fault nothing of
+/// the packet is guaranteed to have been written (hw-spec §7).
+pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
+    space: &Space<'_, M>,
+    clock: &C,
+    packet: &Packet,
+) -> Result<Outcome, Fault> {
+    match *packet {
+        Packet::Nop { .. } => Ok(Outcome::Done),
+        Packet::Copy { src, dst, size } => copy(space, src, dst, size).map(|()| Outcome::Done),
+        Packet::Fill { dst, size, pattern } => {
+            fill(space, dst, size, pattern).map(|()| Outcome::Done)
+        }
+        Packet::Gemm {
+            a,
+            b,
+            c,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            accumulate,
+        } => {
+            let g = Gemm {
+                a,
+                b,
+                c,
+                m: m as usize,
+                n: n as usize,
+                k: k as usize,
+                lda: u64::from(lda),
+                ldb: u64::from(ldb),
+                ldc: u64::from(ldc),
+                accumulate,
+            };
+            gemm(space, &g).map(|()| Outcome::Done)
+        }
+        Packet::Eltwise {
+            op,
+            count,
+            a,
+            b,
+            dst,
+            scale,
+            shift,
+        } => eltwise(space, op, count, a, b, dst, scale, shift).map(|()| Outcome::Done),
+        Packet::Timestamp { dst } => {
+            let now = clock.now_ns();
+            space.write(&mut Tlb::new(), dst, &now.to_le_bytes())?;
+            Ok(Outcome::Done)
+        }
+        Packet::Fence { dst, value, irq } => {
+            space.write(&mut Tlb::new(), dst, &value.to_le_bytes())?;
+            Ok(if irq {
+                Outcome::FenceIrq
+            } else {
+                Outcome::Done
+            })
+        }
+        Packet::WaitMem { addr, value } => {
+            let mut b = [0u8; 8];
+            space.read(&mut Tlb::new(), addr, &mut b, regs::ACCESS_READ)?;
+            Ok(if u64::from_le_bytes(b) >= value {
+                Outcome::Done
+            } else {
+                Outcome::Waiting
+            })
+        }
+        Packet::Hang => Ok(Outcome::Hang),
+    }
+}
+
+/// COPY: chunk by chunk, source then destination. The decoder guarantees both ranges end at or
+/// below 2^48, so the address arithmetic cannot wrap.
+fn copy<M: PhysMem + ?Sized>(
+    space: &Space<'_, M>,
+    src: u64,
+    dst: u64,
+    size: u64,
+) -> Result<(), Fault> {
+    let mut buf = [0u8; CHUNK];
+    let (mut rt, mut wt) = (Tlb::new(), Tlb::new());
+    let mut done = 0u64;
+    while done < size {
+        let n = core::cmp::min(CHUNK as u64, size - done) as usize;
+        let chunk = buf.get_mut(..n).unwrap_or_default();
+        space.read(&mut rt, src.wrapping_add(done), chunk, regs::ACCESS_READ)?;
+        space.write(&mut wt, dst.wrapping_add(done), chunk)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// FILL: `size` is a multiple of 4 and so is `CHUNK`, so every chunk starts on a pattern word.
+fn fill<M: PhysMem + ?Sized>(
+    space: &Space<'_, M>,
+    dst: u64,
+    size: u64,
+    pattern: u32,
+) -> Result<(), Fault> {
+    let mut buf = [0u8; CHUNK];
+    for w in buf.chunks_exact_mut(4) {
+        w.copy_from_slice(&pattern.to_le_bytes());
+    }
+    let mut tlb = Tlb::new();
+    let mut done = 0u64;
+    while done < size {
+        let n = core::cmp::min(CHUNK as u64, size - done) as usize;
+        space.write(
+            &mut tlb,
+            dst.wrapping_add(done),
+            buf.get(..n).unwrap_or_default(),
+        )?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// GEMM operands, widened for address arithmetic.
+struct Gemm {
+    a: u64,
+    b: u64,
+    c: u64,
+    m: usize,
+    n: usize,
+    k: usize,
+    lda: u64,
+    ldb: u64,
+    ldc: u64,
+    accumulate: bool,
+}
+
+/// GEMM_I8: for each row of C, tiles of `GEMM_COLS` columns accumulated in an on-stack int32
+/// tile; A is streamed in chunks of its row, B one row segment per inner index. Access order per
+/// tile: C (read, if accumulating), then A and B interleaved, then C (write). Products and sums
+/// wrap (int32). Offsets stay below 2^48: the decoder checked every matrix range.
+fn gemm<M: PhysMem + ?Sized>(space: &Space<'_, M>, g: &Gemm) -> Result<(), Fault> {
+    let read = regs::ACCESS_READ;
+    let (mut ta, mut tb, mut tc) = (Tlb::new(), Tlb::new(), Tlb::new());
+    let mut acc = [0i32; GEMM_COLS];
+    let mut c_bytes = [0u8; GEMM_COLS * 4];
+    let mut a_chunk = [0u8; GEMM_K_CHUNK];
+    let mut b_row = [0u8; GEMM_COLS];
+    for i in 0..g.m {
+        let a_row = g.a.wrapping_add((i as u64).wrapping_mul(g.lda));
+        let c_row =
+            g.c.wrapping_add((i as u64).wrapping_mul(g.ldc).wrapping_mul(4));
+        let mut j0 = 0usize;
+        while j0 < g.n {
+            let cols = core::cmp::min(GEMM_COLS, g.n - j0);
+            let acc = acc.get_mut(..cols).unwrap_or_default();
+            let c_tile = c_bytes.get_mut(..cols * 4).unwrap_or_default();
+            let c_va = c_row.wrapping_add(j0 as u64 * 4);
+            if g.accumulate {
+                space.read(&mut tc, c_va, c_tile, read)?;
+                for (v, b) in acc.iter_mut().zip(c_tile.chunks_exact(4)) {
+                    *v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            } else {
+                acc.fill(0);
+            }
+            let b_tile = b_row.get_mut(..cols).unwrap_or_default();
+            let mut l0 = 0usize;
+            while l0 < g.k {
+                let ks = core::cmp::min(GEMM_K_CHUNK, g.k - l0);
+                let a_part = a_chunk.get_mut(..ks).unwrap_or_default();
+                space.read(&mut ta, a_row.wrapping_add(l0 as u64), a_part, read)?;
+                for (dl, &a_byte) in a_part.iter().enumerate() {
+                    let l = (l0 + dl) as u64;
+                    let b_va =
+                        g.b.wrapping_add(l.wrapping_mul(g.ldb))
+                            .wrapping_add(j0 as u64);
+                    space.read(&mut tb, b_va, b_tile, read)?;
+                    let av = i32::from(a_byte as i8);
+                    for (v, &b_byte) in acc.iter_mut().zip(b_tile.iter()) {
+                        // |a·b| <= 2^14: the product cannot overflow, only the sum can.
+                        *v = v.wrapping_add(av * i32::from(b_byte as i8));
+                    }
+                }
+                l0 += ks;
+            }
+            for (b, v) in c_tile.chunks_exact_mut(4).zip(acc.iter()) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+            space.write(&mut tc, c_va, c_tile)?;
+            j0 += cols;
+        }
+    }
+    Ok(())
+}
+
+/// ELTWISE: chunks of `ELT_CHUNK` elements; per chunk a is read, then b (ADD and MUL), then the
+/// destination written (int32, or int8 for REQUANT).
+#[allow(clippy::too_many_arguments)]
+fn eltwise<M: PhysMem + ?Sized>(
+    space: &Space<'_, M>,
+    op: u32,
+    count: u32,
+    a: u64,
+    b: u64,
+    dst: u64,
+    scale: i32,
+    shift: u32,
+) -> Result<(), Fault> {
+    let read = regs::ACCESS_READ;
+    let (mut ta, mut tb, mut td) = (Tlb::new(), Tlb::new(), Tlb::new());
+    let mut a_bytes = [0u8; ELT_CHUNK * 4];
+    let mut b_bytes = [0u8; ELT_CHUNK * 4];
+    let mut d_bytes = [0u8; ELT_CHUNK * 4];
+    let count = u64::from(count);
+    let mut done = 0u64;
+    while done < count {
+        let n = core::cmp::min(ELT_CHUNK as u64, count - done) as usize;
+        let off = done * 4;
+        let a_in = a_bytes.get_mut(..n * 4).unwrap_or_default();
+        space.read(&mut ta, a.wrapping_add(off), a_in, read)?;
+        let b_in = b_bytes.get_mut(..n * 4).unwrap_or_default();
+        if op == packet::ELT_ADD || op == packet::ELT_MUL {
+            space.read(&mut tb, b.wrapping_add(off), b_in, read)?;
+        }
+        let le = |w: &[u8]| i32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let pairs = a_in.chunks_exact(4).zip(b_in.chunks_exact(4));
+        if op == packet::ELT_REQUANT {
+            let out = d_bytes.get_mut(..n).unwrap_or_default();
+            for (o, (x, _)) in out.iter_mut().zip(pairs) {
+                *o = packet::requant(le(x), scale, shift) as u8;
+            }
+            space.write(&mut td, dst.wrapping_add(done), out)?;
+        } else {
+            let out = d_bytes.get_mut(..n * 4).unwrap_or_default();
+            for (o, (x, y)) in out.chunks_exact_mut(4).zip(pairs) {
+                let (x, y) = (le(x), le(y));
+                let r = match op {
+                    packet::ELT_ADD => x.wrapping_add(y),
+                    packet::ELT_MUL => x.wrapping_mul(y),
+                    _ => core::cmp::max(x, 0),
+                };
+                o.copy_from_slice(&r.to_le_bytes());
+            }
+            space.write(&mut td, dst.wrapping_add(off), out)?;
+        }
+        done += n as u64;
+    }
+    Ok(())
+}
