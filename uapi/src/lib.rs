@@ -6,4 +6,5 @@
 #![no_std]
 
 pub mod v1;
+pub use v1::version::*;
 pub use v1::*;

@@ -1,0 +1,126 @@
+//! The C ABI (`include/umd.h`, generated from these files by cbindgen).
+//!
+//! Every entry point runs inside [`guard`]: it catches panics (they become `UMD_ERR_INTERNAL`
+//! with the panic message in the detail, never unwinding into C), records the detail of every
+//! failure for `umdGetLastErrorDetail`, and logs it where it was produced. The success path does
+//! no formatting and no allocation for error reporting.
+
+pub mod cmdbuf;
+pub mod context;
+pub mod device;
+pub mod errors;
+pub mod memory;
+pub mod sync;
+pub mod types;
+
+use crate::error::{detail, umdResult, UmdError, UmdResult};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs an API call: panics and errors become result codes with a recorded detail.
+pub(crate) fn guard(function: &'static str, f: impl FnOnce() -> UmdResult<umdResult>) -> umdResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => fail(function, e),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            fail(
+                function,
+                UmdError::new(
+                    umdResult::UMD_ERR_INTERNAL,
+                    format!("panic inside {function}: {what}."),
+                ),
+            )
+        }
+    }
+}
+
+#[cold]
+fn fail(function: &'static str, e: UmdError) -> umdResult {
+    let d = detail::record(function, &e);
+    let msg = d.message_str();
+    let code = e.code.name();
+    match e.code {
+        umdResult::UMD_ERR_DEVICE_LOST
+        | umdResult::UMD_ERR_CTX_LOST
+        | umdResult::UMD_ERR_INTERNAL
+        | umdResult::UMD_ERR_INTERNAL_KMD_UNEXPECTED
+        | umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => {
+            tracing::error!(
+                ctx = e.ctx_id,
+                code,
+                function,
+                errno = e.os_errno,
+                reason = e.kmd_reason,
+                "{msg}"
+            )
+        }
+        _ => tracing::warn!(
+            ctx = e.ctx_id,
+            code,
+            function,
+            errno = e.os_errno,
+            reason = e.kmd_reason,
+            "{msg}"
+        ),
+    }
+    e.code
+}
+
+/// A required out-pointer, or `UMD_ERR_INVALID_POINTER` naming the argument.
+pub(crate) fn out<'a, T>(p: *mut T, name: &str) -> UmdResult<&'a mut T> {
+    // SAFETY: the C caller promises a non-NULL pointer is valid for writes of T (documented in
+    // umd.h); NULL is checked here.
+    unsafe { p.as_mut() }.ok_or_else(|| null(name))
+}
+
+/// A required in-pointer.
+pub(crate) fn inp<'a, T>(p: *const T, name: &str) -> UmdResult<&'a T> {
+    // SAFETY: as in `out`, for reads.
+    unsafe { p.as_ref() }.ok_or_else(|| null(name))
+}
+
+/// A required array of `n` elements (NULL allowed only when `n == 0`).
+pub(crate) fn slice<'a, T>(p: *const T, n: u32, name: &str) -> UmdResult<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null(name));
+    }
+    // SAFETY: the caller promises `p` points to `n` valid elements (documented in umd.h).
+    Ok(unsafe { std::slice::from_raw_parts(p, n as usize) })
+}
+
+#[track_caller]
+fn null(name: &str) -> UmdError {
+    UmdError::new(
+        umdResult::UMD_ERR_INVALID_POINTER,
+        format!("argument '{name}' is NULL."),
+    )
+}
+
+/// Checks the `struct_size` of a versioned out-struct.
+pub(crate) fn struct_size(got: u32, min: usize, name: &str) -> UmdResult<()> {
+    if (got as usize) < min {
+        return Err(UmdError::new(
+            umdResult::UMD_ERR_INVALID_STRUCT_SIZE,
+            format!("{name}.struct_size is {got}; set it to sizeof({name}) (at least {min})."),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies a value into a versioned caller struct of `size` bytes (fills what the caller knows).
+pub(crate) fn copy_versioned<T: Copy>(v: &T, dst: *mut T, size: u32) {
+    let n = (size as usize).min(std::mem::size_of::<T>());
+    // SAFETY: dst is valid for `size` bytes (caller contract); we write n <= size bytes from a
+    // plain repr(C) value, then restore the caller's struct_size (the first u32).
+    unsafe {
+        std::ptr::copy_nonoverlapping(v as *const T as *const u8, dst as *mut u8, n);
+        (dst as *mut u32).write_unaligned(size);
+    }
+}

@@ -1,0 +1,337 @@
+//! The simulator backend: the whole UAPI (GEM, per-file VM, contexts, rings, fences, faults,
+//! hangs and resets) implemented in-process over the same device model the kernel driver runs,
+//! so every test of libumd runs without a kernel and completion is genuinely asynchronous.
+//!
+//! A [`SimFile`] is one "open of the render node": its own GEM handles and address space. The
+//! [`gpu::Gpu`] behind it is shared by all files of the same device index in the process.
+
+pub mod config;
+pub mod gem;
+pub mod gpu;
+pub mod physmem;
+pub mod vm;
+
+use super::{Backend, HostMap, KmdError, KmdResult};
+use config::SimConfig;
+use gem::SimBo;
+use gpu::Gpu;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use uapi::ioctl::{Cmdbuf, CtxState, Fence, Query};
+use uapi::packet;
+use uapi::reason as r;
+use vm::Vm;
+
+pub use gpu::{Counters, Injection};
+
+static GPUS: OnceLock<Mutex<Vec<Weak<Gpu>>>> = OnceLock::new();
+static NEXT_FILE: AtomicU64 = AtomicU64::new(1);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Number of simulated devices the environment asks for.
+pub fn device_count() -> Result<u32, String> {
+    Ok(SimConfig::from_env()?.devices)
+}
+
+/// The shared GPU for `index`, started on first use.
+fn gpu(index: u32) -> Result<Arc<Gpu>, String> {
+    let cfg = SimConfig::from_env()?;
+    if index >= cfg.devices {
+        return Err(format!(
+            "simulated device {index} does not exist (UMD_SIM_DEVICES={})",
+            cfg.devices
+        ));
+    }
+    let mut gpus = lock(GPUS.get_or_init(|| Mutex::new(Vec::new())));
+    if gpus.len() <= index as usize {
+        gpus.resize(index as usize + 1, Weak::new());
+    }
+    if let Some(g) = gpus[index as usize].upgrade() {
+        return Ok(g);
+    }
+    let g = Gpu::start(index, cfg)?;
+    gpus[index as usize] = Arc::downgrade(&g);
+    Ok(g)
+}
+
+/// One open file on a simulated device.
+pub struct SimFile {
+    gpu: Arc<Gpu>,
+    id: u64,
+    slot: usize,
+    vm: Mutex<Vm>,
+    objects: Mutex<HashMap<u32, Arc<SimBo>>>,
+    next_handle: Mutex<u32>,
+}
+
+impl SimFile {
+    /// Opens simulated device `index`.
+    pub fn open(index: u32) -> Result<SimFile, String> {
+        let gpu = gpu(index)?;
+        let vm = Vm::new(gpu.mem.clone()).map_err(|e| e.describe())?;
+        let id = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
+        let slot = gpu
+            .attach_file(id, vm.root)
+            .map_err(|e| format!("cannot attach a new file: {}", e.describe()))?;
+        Ok(SimFile {
+            gpu,
+            id,
+            slot,
+            vm: Mutex::new(vm),
+            objects: Mutex::new(HashMap::new()),
+            next_handle: Mutex::new(1),
+        })
+    }
+
+    /// The shared device (tests: injections and counters).
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn check_alive(&self) -> KmdResult<()> {
+        if self.gpu.state().lost {
+            return Err(KmdError::new(libc::ENODEV, r::DEVICE_LOST));
+        }
+        Ok(())
+    }
+
+    fn bo(&self, handle: u32) -> KmdResult<Arc<SimBo>> {
+        lock(&self.objects)
+            .get(&handle)
+            .cloned()
+            .ok_or(KmdError::new(libc::ENOENT, r::HANDLE_INVALID))
+    }
+
+    /// Checks every command buffer: alignment, mapped for reading, every packet well formed.
+    /// Operand addresses are left to the GPU MMU (a bad one faults the context at run time).
+    fn validate(&self, cmdbufs: &[Cmdbuf]) -> KmdResult<()> {
+        let vm = lock(&self.vm);
+        let hang = self.gpu.cfg.hang_debug;
+        for (i, cb) in cmdbufs.iter().enumerate() {
+            let bad = |reason, off: u64| KmdError {
+                errno: libc::EINVAL,
+                reason,
+                bad_index: i as u32,
+                bad_offset: off,
+            };
+            if cb.flags != 0 {
+                return Err(bad(r::FLAGS_UNKNOWN, 0));
+            }
+            if cb.size == 0
+                || cb.size % 4 != 0
+                || cb.va % 4 != 0
+                || cb.size > uapi::ring::MAX_CMD_SIZE
+            {
+                return Err(bad(r::CMDBUF_BAD, 0));
+            }
+            if !vm.covers(cb.va, cb.size as u64, uapi::ioctl::VM_ACCESS_READ) {
+                return Err(bad(r::CMDBUF_NOT_MAPPED, 0));
+            }
+            let words = read_words(&vm, &self.gpu, cb.va, cb.size as usize)
+                .ok_or(bad(r::CMDBUF_NOT_MAPPED, 0))?;
+            let mut at = 0;
+            while at < words.len() {
+                let off = at as u64 * 4;
+                let n = packet::packet_words(words[at], words.len() - at)
+                    .map_err(|_| bad(r::PACKET_MALFORMED, off))?;
+                match packet::decode(&words[at..at + n], hang) {
+                    Ok(_) => {}
+                    Err(packet::Malformed::HangDisabled) => {
+                        return Err(bad(r::PACKET_HANG_DISABLED, off))
+                    }
+                    Err(_) => return Err(bad(r::PACKET_MALFORMED, off)),
+                }
+                at += n;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a command buffer's words through the VM (the CPU view the KMD validates).
+fn read_words(vm: &Vm, gpu: &Gpu, va: u64, size: usize) -> Option<Vec<u32>> {
+    let mut bytes = vec![0u8; size];
+    let mut done = 0usize;
+    while done < size {
+        let cur = va + done as u64;
+        let (start, m) = vm.lookup(cur)?;
+        let in_map = (start + m.size - cur) as usize;
+        let n = in_map.min(size - done);
+        let pa = m.bo.pa + m.bo_offset + (cur - start);
+        vgpu::model::PhysMem::read(&*gpu.mem, pa, &mut bytes[done..done + n]).ok()?;
+        done += n;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+impl Backend for SimFile {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+    fn location(&self) -> String {
+        format!("sim:{}", self.gpu.index)
+    }
+
+    fn query(&self) -> KmdResult<Query> {
+        self.check_alive()?;
+        let (maj, min, pat) = uapi::DRIVER_VERSION;
+        let mut caps = uapi::CAPS_ALL & !uapi::CAP_HANG_DEBUG;
+        if self.gpu.cfg.hang_debug {
+            caps |= uapi::CAP_HANG_DEBUG;
+        }
+        Ok(Query {
+            uapi_major: uapi::UAPI_MAJOR,
+            uapi_minor: uapi::UAPI_MINOR,
+            driver_major: maj,
+            driver_minor: min,
+            driver_patch: pat,
+            num_queues: uapi::regs::NUM_QUEUES as u32,
+            caps,
+            va_start: uapi::VA_START,
+            va_end: uapi::VA_END,
+            page_size: uapi::PAGE_SIZE as u32,
+            max_cmdbufs: uapi::ioctl::MAX_CMDBUFS,
+            mem_total: self.gpu.mem.size(),
+            mem_used: self.gpu.mem.used(),
+            max_bo_size: self.gpu.mem.size(),
+            max_in_fences: uapi::ioctl::MAX_IN_FENCES,
+            max_contexts: uapi::ioctl::MAX_CONTEXTS,
+            ..Default::default()
+        })
+    }
+
+    fn gem_create(&self, size: u64) -> KmdResult<u32> {
+        self.check_alive()?;
+        if size == 0 {
+            return Err(KmdError::new(libc::EINVAL, r::SIZE_ZERO));
+        }
+        let rounded = size
+            .checked_next_multiple_of(uapi::PAGE_SIZE)
+            .ok_or(KmdError::new(libc::E2BIG, r::SIZE_TOO_LARGE))?;
+        if rounded > self.gpu.mem.size() {
+            return Err(KmdError::new(libc::E2BIG, r::SIZE_TOO_LARGE));
+        }
+        let bo = SimBo::new(&self.gpu.mem, rounded)
+            .ok_or(KmdError::new(libc::ENOMEM, r::OUT_OF_MEMORY))?;
+        let mut next = lock(&self.next_handle);
+        let handle = *next;
+        *next = next.wrapping_add(1).max(1);
+        lock(&self.objects).insert(handle, Arc::new(bo));
+        Ok(handle)
+    }
+
+    fn gem_close(&self, handle: u32) -> KmdResult<()> {
+        lock(&self.objects)
+            .remove(&handle)
+            .map(|_| ())
+            .ok_or(KmdError::new(libc::EINVAL, r::HANDLE_INVALID))
+    }
+
+    fn gem_mmap(&self, handle: u32, size: u64) -> KmdResult<HostMap> {
+        self.check_alive()?;
+        let bo = self.bo(handle)?;
+        if size > bo.size {
+            return Err(KmdError::new(libc::EINVAL, r::BO_RANGE));
+        }
+        let ptr = self
+            .gpu
+            .mem
+            .host_ptr(bo.pa, bo.size)
+            .ok_or(KmdError::new(libc::EFAULT, r::BAD_USER_POINTER))?;
+        Ok(HostMap { ptr, len: size })
+    }
+
+    fn gem_munmap(&self, _map: HostMap) -> KmdResult<()> {
+        Ok(()) // the simulated memory stays mapped for the process lifetime
+    }
+
+    fn vm_bind(
+        &self,
+        handle: u32,
+        va: u64,
+        bo_offset: u64,
+        size: u64,
+        access: u32,
+    ) -> KmdResult<()> {
+        self.check_alive()?;
+        let bo = self.bo(handle)?;
+        lock(&self.vm).bind(bo, va, bo_offset, size, access)
+    }
+
+    fn vm_unbind(&self, va: u64, size: u64) -> KmdResult<()> {
+        self.check_alive()?;
+        lock(&self.vm).unbind(va, size).map(|_| ())
+    }
+
+    fn ctx_create(&self, priority: u32) -> KmdResult<u32> {
+        if priority > uapi::ioctl::PRIORITY_HIGH {
+            return Err(KmdError::new(libc::EINVAL, r::PRIORITY_INVALID));
+        }
+        self.gpu.ctx_create(self.id, priority)
+    }
+
+    fn ctx_destroy(&self, ctx_id: u32) -> KmdResult<()> {
+        self.gpu.ctx_destroy(self.id, ctx_id)
+    }
+
+    fn submit(
+        &self,
+        ctx_id: u32,
+        cmdbufs: &[Cmdbuf],
+        in_fences: &[Fence],
+        flags: u32,
+    ) -> KmdResult<u64> {
+        self.check_alive()?;
+        if flags & !uapi::ioctl::SUBMIT_FLAG_NO_BLOCK != 0 {
+            return Err(KmdError::new(libc::EINVAL, r::FLAGS_UNKNOWN));
+        }
+        if cmdbufs.is_empty() || cmdbufs.len() > uapi::ioctl::MAX_CMDBUFS as usize {
+            return Err(KmdError::new(libc::EINVAL, r::CMDBUF_COUNT));
+        }
+        if in_fences.len() > uapi::ioctl::MAX_IN_FENCES as usize {
+            return Err(KmdError::new(libc::EINVAL, r::FENCE_COUNT));
+        }
+        self.validate(cmdbufs)?;
+        self.gpu
+            .queue_job(self.id, self.slot, ctx_id, cmdbufs, in_fences, flags)
+    }
+
+    fn wait(&self, ctx_id: u32, seqno: u64, deadline_ns: u64) -> KmdResult<u64> {
+        let now = crate::error::detail::mono_ns();
+        let deadline =
+            (deadline_ns > now).then(|| Instant::now() + Duration::from_nanos(deadline_ns - now));
+        self.gpu.wait(self.id, ctx_id, seqno, deadline)
+    }
+
+    fn ctx_state(&self, ctx_id: u32) -> KmdResult<CtxState> {
+        self.gpu.ctx_state(self.id, ctx_id)
+    }
+
+    fn debug_inject(&self, what: u32) -> KmdResult<()> {
+        let inj = match what {
+            1 => Injection::MemError,
+            2 => Injection::ResetFailure,
+            3 => Injection::FallOffBus,
+            _ => return Err(KmdError::new(libc::EINVAL, r::FLAGS_UNKNOWN)),
+        };
+        self.gpu.inject(inj);
+        Ok(())
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        self.gpu.detach_file(self.id, self.slot);
+        // The VM (mappings, page tables) and the objects go with the struct's fields.
+    }
+}

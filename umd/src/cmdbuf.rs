@@ -1,0 +1,165 @@
+//! Command buffers: packets are encoded on the CPU into a host vector while recording (cheap,
+//! no locks, no device calls), checked with the same decoder the KMD and the device use, and
+//! uploaded into a GPU buffer at `end`, ready to be submitted any number of times.
+
+use crate::context::Context;
+use crate::error::{umdResult, UmdError, UmdResult};
+use crate::memory::{Buffer, MEM_FLAG_READ_ONLY};
+use std::sync::{Arc, Mutex};
+use uapi::packet;
+
+/// Recording state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Created or submitted-and-reusable: `begin` next.
+    Initial,
+    /// Between `begin` and `end`.
+    Recording,
+    /// Ended: can be submitted.
+    Ended,
+}
+
+/// What `end` produced: the GPU copy of the packets.
+pub struct Recorded {
+    /// Buffer holding the packets.
+    pub buffer: Arc<Buffer>,
+    /// Bytes of packets.
+    pub size: u32,
+}
+
+struct Inner {
+    state: State,
+    words: Vec<u32>,
+    recorded: Option<Recorded>,
+}
+
+/// One command buffer.
+pub struct CmdBuf {
+    /// The context it was created on.
+    pub ctx: Arc<Context>,
+    inner: Mutex<Inner>,
+}
+
+fn poisoned() -> UmdError {
+    UmdError::new(
+        umdResult::UMD_ERR_INTERNAL,
+        "command buffer lock poisoned by an earlier panic",
+    )
+}
+
+impl CmdBuf {
+    /// A new, empty command buffer on `ctx`.
+    pub fn new(ctx: Arc<Context>) -> CmdBuf {
+        CmdBuf {
+            ctx,
+            inner: Mutex::new(Inner {
+                state: State::Initial,
+                words: Vec::new(),
+                recorded: None,
+            }),
+        }
+    }
+
+    /// Starts recording (discards earlier packets).
+    pub fn begin(&self) -> UmdResult<()> {
+        let mut i = self.inner.lock().map_err(|_| poisoned())?;
+        if i.state == State::Recording {
+            crate::bail!(UMD_ERR_INVALID_STATE, "umdCmdBufBegin on a command buffer that is already recording (call umdCmdBufEnd first).");
+        }
+        i.state = State::Recording;
+        i.words.clear();
+        Ok(())
+    }
+
+    /// Appends one encoded packet after checking it with the shared decoder.
+    pub fn record(&self, words: &[u32]) -> UmdResult<()> {
+        let hang_ok = self.ctx.device.info.caps & uapi::CAP_HANG_DEBUG != 0;
+        if let Err(m) = packet::decode(words, hang_ok) {
+            let code = if m == packet::Malformed::HangDisabled {
+                umdResult::UMD_ERR_INVALID_STATE
+            } else {
+                umdResult::UMD_ERR_INVALID_ARGUMENT
+            };
+            let extra = if m == packet::Malformed::HangDisabled {
+                " (enable hang debugging: UMD_SIM_HANG_DEBUG=1 on the simulator, hang_debug=1 on the aigpu module)"
+            } else {
+                ""
+            };
+            return Err(
+                UmdError::new(code, format!("invalid packet: {}{extra}.", m.describe()))
+                    .ctx(self.ctx.id),
+            );
+        }
+        let mut i = self.inner.lock().map_err(|_| poisoned())?;
+        if i.state != State::Recording {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_STATE,
+                "recording into a command buffer that is not recording (call umdCmdBufBegin first).",
+            )
+            .ctx(self.ctx.id));
+        }
+        if (i.words.len() + words.len()) * 4 > uapi::ring::MAX_CMD_SIZE as usize {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_SIZE,
+                format!("command buffer would exceed {} bytes; split the work into several command buffers.", uapi::ring::MAX_CMD_SIZE),
+            )
+            .ctx(self.ctx.id));
+        }
+        i.words.extend_from_slice(words);
+        Ok(())
+    }
+
+    /// Ends recording and uploads the packets.
+    pub fn end(&self) -> UmdResult<()> {
+        let mut i = self.inner.lock().map_err(|_| poisoned())?;
+        if i.state != State::Recording {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_STATE,
+                "umdCmdBufEnd without umdCmdBufBegin.",
+            )
+            .ctx(self.ctx.id));
+        }
+        if i.words.is_empty() {
+            i.words.extend_from_slice(&packet::encode_nop());
+        }
+        let bytes: Vec<u8> = i.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // Reuse the previous upload when it is large enough and nothing can still be reading it
+        // (the caller re-records only after the submits of the previous recording completed:
+        // the submit path holds its own Arc to the buffer it submitted, so a busy one is never
+        // ours alone).
+        let reuse = match &i.recorded {
+            Some(r) if r.buffer.size >= bytes.len() as u64 && Arc::strong_count(&r.buffer) == 1 => {
+                true
+            }
+            _ => false,
+        };
+        if !reuse {
+            let size = (bytes.len() as u64).next_multiple_of(uapi::PAGE_SIZE);
+            let buf = Buffer::alloc(&self.ctx, size, MEM_FLAG_READ_ONLY)
+                .map_err(|e| e.ctx(self.ctx.id))?;
+            i.recorded = Some(Recorded {
+                buffer: Arc::new(buf),
+                size: 0,
+            });
+        }
+        if let Some(r) = i.recorded.as_mut() {
+            r.buffer.write(0, &bytes)?;
+            r.size = bytes.len() as u32;
+        }
+        i.state = State::Ended;
+        Ok(())
+    }
+
+    /// The GPU copy to submit, if ended.
+    pub fn submittable(&self) -> UmdResult<(Arc<Buffer>, u32)> {
+        let i = self.inner.lock().map_err(|_| poisoned())?;
+        match (&i.state, &i.recorded) {
+            (State::Ended, Some(r)) => Ok((r.buffer.clone(), r.size)),
+            _ => Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_STATE,
+                "submitting a command buffer that was not ended (umdCmdBufBegin ... umdCmdBufEnd).",
+            )
+            .ctx(self.ctx.id)),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! A context: one KMD context (software queue) on a device, with its own fence timeline.
+
+use crate::device::Device;
+use crate::errmap::Op;
+use crate::error::UmdResult;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// `umdPriority` values accepted by `umdContextCreate` (the UAPI's).
+pub const PRIORITIES: [u32; 3] = [
+    uapi::ioctl::PRIORITY_LOW,
+    uapi::ioctl::PRIORITY_NORMAL,
+    uapi::ioctl::PRIORITY_HIGH,
+];
+
+/// One context.
+pub struct Context {
+    /// Process-unique id: every log line of a call on this context carries it.
+    pub id: u64,
+    /// Its device.
+    pub device: Arc<Device>,
+    /// The KMD's id for it.
+    pub kmd_id: u32,
+    /// Priority.
+    pub priority: u32,
+    /// Last sequence number submitted by this process on it.
+    pub last_seqno: AtomicU64,
+    /// Buffers that submitted jobs read (command buffers), kept alive until their job's
+    /// sequence number completes.
+    pub inflight:
+        std::sync::Mutex<std::collections::VecDeque<(u64, Vec<Arc<crate::memory::Buffer>>)>>,
+}
+
+impl Context {
+    /// Creates a context.
+    pub fn create(device: &Arc<Device>, priority: u32) -> UmdResult<Context> {
+        device.check()?;
+        if !PRIORITIES.contains(&priority) {
+            crate::bail!(
+                UMD_ERR_INVALID_ARGUMENT,
+                "priority {priority} is not UMD_PRIORITY_LOW (0), NORMAL (1) or HIGH (2)."
+            );
+        }
+        let kmd_id = device
+            .backend
+            .ctx_create(priority)
+            .map_err(|e| device.fail(Op::Context, e, "context create"))?;
+        let id = NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            ctx = id,
+            device = device.id,
+            kmd_ctx = kmd_id,
+            priority,
+            "context created"
+        );
+        Ok(Context {
+            id,
+            device: device.clone(),
+            kmd_id,
+            priority,
+            last_seqno: AtomicU64::new(0),
+            inflight: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    /// Reset status, fault and progress as the KMD reports them.
+    pub fn state(&self) -> UmdResult<uapi::ioctl::CtxState> {
+        self.device.check().map_err(|e| e.ctx(self.id))?;
+        self.device.backend.ctx_state(self.kmd_id).map_err(|e| {
+            self.device
+                .fail(Op::Context, e, "context state query")
+                .ctx(self.id)
+        })
+    }
+
+    /// What happened to a lost context, for error details: "page fault (write) at VA 0x..,
+    /// packet offset 24" or "hung: job timeout".
+    pub fn loss_story(&self) -> (String, u64) {
+        match self.state() {
+            Ok(s) if s.hung != 0 => ("it hung the GPU (job timeout) and was reset".into(), 0),
+            Ok(s) if s.fault_type != 0 => (
+                format!(
+                    "GPU fault '{}' ({} access) at VA 0x{:x}, packet offset {} of its command buffer",
+                    uapi::regs::fault_kind_name(s.fault_type),
+                    uapi::regs::access_name(s.fault_access),
+                    s.fault_va,
+                    s.fault_offset
+                ),
+                s.fault_va,
+            ),
+            Ok(_) => ("it was reset".into(), 0),
+            Err(e) => (format!("its state could not be read ({})", e.message), 0),
+        }
+    }
+
+    /// Destroys the KMD context (after its pending work, bounded by the job timeout).
+    pub fn destroy(&self) -> UmdResult<()> {
+        if self.device.is_lost() {
+            return Ok(()); // nothing to tell the kernel: the file's teardown frees it
+        }
+        self.device.backend.ctx_destroy(self.kmd_id).map_err(|e| {
+            self.device
+                .fail(Op::Context, e, "context destroy")
+                .ctx(self.id)
+        })?;
+        tracing::info!(ctx = self.id, "context destroyed");
+        Ok(())
+    }
+}
+
+impl Context {
+    /// Drops the references of every job up to `completed`.
+    pub fn retire(&self, completed: u64) {
+        if let Ok(mut q) = self.inflight.lock() {
+            while q.front().is_some_and(|(s, _)| *s <= completed) {
+                q.pop_front();
+            }
+        }
+    }
+}

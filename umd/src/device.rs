@@ -1,0 +1,126 @@
+//! An open device: its backend file, what the query said, the GPU VA allocator, and the sticky
+//! device-lost state (design §4: once lost, every call fails fast without touching the backend).
+
+use crate::backend::{Backend, KmdError};
+use crate::errmap::{kmd_error, Op};
+use crate::error::{umdResult, UmdError, UmdResult};
+use crate::memory::va::VaSpace;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use uapi::ioctl::Query;
+
+static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open device.
+pub struct Device {
+    /// Process-unique id (logs).
+    pub id: u64,
+    /// Index the caller opened.
+    pub index: u32,
+    /// The backend file.
+    pub backend: Box<dyn Backend>,
+    /// Versions, capabilities and limits.
+    pub info: Query,
+    /// GPU VA allocator for this file's address space.
+    pub va: Mutex<VaSpace>,
+    lost: AtomicBool,
+    lost_at_wall_ns: AtomicU64,
+    lost_reason: Mutex<String>,
+}
+
+impl Device {
+    /// Opens device `index` on the backend chosen by `UMD_BACKEND`, checking the UAPI version.
+    pub fn open(resolved: &crate::backend::select::Resolved, index: u32) -> UmdResult<Device> {
+        let backend = crate::backend::select::open(resolved, index)?;
+        let info = backend
+            .query()
+            .map_err(|e| kmd_error(Op::Other, e, &format!("query of {}", backend.location())))?;
+        if !uapi::compatible(info.uapi_major, info.uapi_minor) {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INIT_VERSION_MISMATCH,
+                format!(
+                    "{}: kernel aigpu UAPI {}.{}, this libumd speaks UAPI {}.{} and needs a kernel with UAPI {}.{} or newer of the same major.",
+                    backend.location(),
+                    info.uapi_major,
+                    info.uapi_minor,
+                    uapi::UAPI_MAJOR,
+                    uapi::UAPI_MINOR,
+                    uapi::UAPI_MAJOR,
+                    uapi::MIN_KERNEL_MINOR
+                ),
+            ));
+        }
+        let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(device = id, index, backend = backend.kind(), location = %backend.location(),
+            uapi = %format!("{}.{}", info.uapi_major, info.uapi_minor), mem_mib = info.mem_total >> 20, "device opened");
+        Ok(Device {
+            id,
+            index,
+            va: Mutex::new(VaSpace::new(info.va_start, info.va_end)),
+            backend,
+            info,
+            lost: AtomicBool::new(false),
+            lost_at_wall_ns: AtomicU64::new(0),
+            lost_reason: Mutex::new(String::new()),
+        })
+    }
+
+    /// Fails fast when the device is lost.
+    #[track_caller]
+    pub fn check(&self) -> UmdResult<()> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(self.lost_error());
+        }
+        Ok(())
+    }
+
+    /// True once the device is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    #[track_caller]
+    fn lost_error(&self) -> UmdError {
+        let why = self
+            .lost_reason
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let at = self.lost_at_wall_ns.load(Ordering::Relaxed);
+        UmdError::new(
+            umdResult::UMD_ERR_DEVICE_LOST,
+            format!(
+                "device {} ({}) was lost {} ({}); every call on it fails fast without reaching the driver.",
+                self.index,
+                self.backend.location(),
+                crate::util::format_wall(at),
+                why
+            ),
+        )
+    }
+
+    /// Marks the device lost (first caller wins) and says so once in the log.
+    pub fn mark_lost(&self, why: &str) {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.lost_at_wall_ns
+            .store(crate::error::detail::wall_ns(), Ordering::Relaxed);
+        if let Ok(mut r) = self.lost_reason.lock() {
+            *r = why.to_string();
+        }
+        tracing::error!(device = self.id, index = self.index, location = %self.backend.location(), reason = why,
+            "device lost: all further calls fail with UMD_ERR_DEVICE_LOST");
+    }
+
+    /// Turns a backend failure into a `UmdError`, recording device loss on the way.
+    #[track_caller]
+    pub fn fail(&self, op: Op, e: KmdError, what: &str) -> UmdError {
+        let err = kmd_error(op, e, what);
+        if err.code == umdResult::UMD_ERR_DEVICE_LOST {
+            self.mark_lost(&format!("{what}: {}", e.describe()));
+            return self.lost_error().kmd(e.errno, e.reason);
+        }
+        err
+    }
+}

@@ -1,0 +1,57 @@
+//! Maps what the kernel driver (or simulator) said — errno + reason — to a `umdResult` and a
+//! message that names both, so a caller never sees a bare EINVAL.
+
+use crate::backend::KmdError;
+use crate::error::{umdResult, UmdError};
+use uapi::reason as r;
+
+/// Which call the error came from (the same reason means different things in different calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Memory: create, map, bind, unbind.
+    Memory,
+    /// Context create/destroy/state.
+    Context,
+    /// Submit.
+    Submit,
+    /// Wait.
+    Wait,
+    /// Anything else.
+    Other,
+}
+
+/// The `umdResult` for a backend failure.
+pub fn code_for(op: Op, e: &KmdError) -> umdResult {
+    use umdResult::*;
+    if e.errno == libc::ENODEV || e.reason == r::DEVICE_LOST {
+        return UMD_ERR_DEVICE_LOST;
+    }
+    match (op, e.reason) {
+        (_, r::OUT_OF_MEMORY) => UMD_ERR_MEM_OUT_OF_MEMORY,
+        (_, r::SIZE_TOO_LARGE) => UMD_ERR_MEM_TOO_LARGE,
+        (_, r::CTX_BANNED | r::CTX_LOST) => UMD_ERR_CTX_LOST,
+        (_, r::CTX_LIMIT) => UMD_ERR_CTX_LIMIT,
+        (_, r::CTX_INVALID) => UMD_ERR_INVALID_HANDLE,
+        (_, r::PRIORITY_INVALID) => UMD_ERR_INVALID_ARGUMENT,
+        (
+            Op::Submit,
+            r::PACKET_MALFORMED | r::PACKET_HANG_DISABLED | r::CMDBUF_BAD | r::CMDBUF_NOT_MAPPED,
+        ) => UMD_ERR_SUBMIT_INVALID_PACKET,
+        (Op::Submit, r::RING_FULL) => UMD_ERR_SUBMIT_RING_FULL,
+        (Op::Submit, r::FENCE_CTX_INVALID | r::FENCE_NOT_SUBMITTED | r::FENCE_COUNT) => {
+            UMD_ERR_SUBMIT_BAD_WAIT_FENCE
+        }
+        (Op::Wait, r::FENCE_NOT_SUBMITTED) => UMD_ERR_SYNC_FENCE_NEVER_SUBMITTED,
+        (Op::Wait, _) if e.errno == libc::ETIMEDOUT => UMD_ERR_SYNC_TIMEOUT,
+        (Op::Wait, _) if e.errno == libc::EINTR => UMD_ERR_SYNC_INTERRUPTED,
+        _ if e.errno == libc::ENOMEM => UMD_ERR_MEM_OUT_OF_MEMORY,
+        _ => UMD_ERR_INTERNAL_KMD_UNEXPECTED,
+    }
+}
+
+/// A `UmdError` for a backend failure of `what` (e.g. "GEM create of 4096 bytes").
+#[track_caller]
+pub fn kmd_error(op: Op, e: KmdError, what: &str) -> UmdError {
+    let code = code_for(op, &e);
+    UmdError::new(code, format!("{what} failed: {}.", e.describe())).kmd(e.errno, e.reason)
+}

@@ -1,0 +1,26 @@
+//! Process-wide object tables behind the C handles, and the backend chosen for this process.
+
+use crate::backend::select::{self, Resolved};
+use crate::cmdbuf::CmdBuf;
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::UmdResult;
+use crate::handle::{Kind, Table};
+use crate::memory::Buffer;
+use std::sync::OnceLock;
+
+/// Open devices.
+pub static DEVICES: Table<Device> = Table::new(Kind::Device);
+/// Live contexts.
+pub static CONTEXTS: Table<Context> = Table::new(Kind::Context);
+/// Live buffers.
+pub static BUFFERS: Table<Buffer> = Table::new(Kind::Buffer);
+/// Live command buffers.
+pub static CMDBUFS: Table<CmdBuf> = Table::new(Kind::CmdBuf);
+
+static RESOLVED: OnceLock<UmdResult<Resolved>> = OnceLock::new();
+
+/// The backend for this process (`UMD_BACKEND`), decided on first use.
+pub fn resolved() -> UmdResult<Resolved> {
+    RESOLVED.get_or_init(select::resolve).clone()
+}

@@ -1,0 +1,199 @@
+//! Submission and synchronisation: batches of command buffers go to the KMD in as few ioctls as
+//! the UAPI allows (one per `MAX_CMDBUFS`), and fences are (context, sequence number) pairs
+//! waited on with an absolute deadline, so a wait interrupted and restarted keeps its budget.
+
+use crate::cmdbuf::CmdBuf;
+use crate::context::Context;
+use crate::errmap::Op;
+use crate::error::{detail::mono_ns, umdResult, UmdError, UmdResult};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use uapi::ioctl::{Cmdbuf, Fence, MAX_CMDBUFS};
+
+/// Jobs kept in a context's in-flight list before a submit polls the KMD to retire them.
+const RETIRE_POLL_THRESHOLD: usize = 64;
+
+/// Submits `cmdbufs` as one job on `ctx` after every fence in `waits`; returns the job's seqno.
+pub fn submit(
+    ctx: &Arc<Context>,
+    cmdbufs: &[Arc<CmdBuf>],
+    waits: &[(Arc<Context>, u64)],
+) -> UmdResult<u64> {
+    let dev = &ctx.device;
+    dev.check().map_err(|e| e.ctx(ctx.id))?;
+    if cmdbufs.is_empty() {
+        return Err(UmdError::new(
+            umdResult::UMD_ERR_INVALID_ARGUMENT,
+            "umdSubmit with 0 command buffers.",
+        )
+        .ctx(ctx.id));
+    }
+    if waits.len() > uapi::ioctl::MAX_IN_FENCES as usize {
+        return Err(UmdError::new(
+            umdResult::UMD_ERR_INVALID_ARGUMENT,
+            format!(
+                "{} wait fences; at most {} per submit.",
+                waits.len(),
+                uapi::ioctl::MAX_IN_FENCES
+            ),
+        )
+        .ctx(ctx.id));
+    }
+    let mut fences = Vec::with_capacity(waits.len());
+    for (i, (wctx, seqno)) in waits.iter().enumerate() {
+        if !Arc::ptr_eq(&wctx.device, dev) {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_SUBMIT_BAD_WAIT_FENCE,
+                format!("wait fence #{i} belongs to context {} on another device (or another open of it).", wctx.id),
+            )
+            .ctx(ctx.id));
+        }
+        if *seqno > 0 {
+            fences.push(Fence {
+                ctx_id: wctx.kmd_id,
+                flags: 0,
+                seqno: *seqno,
+            });
+        }
+    }
+    let mut keep = Vec::with_capacity(cmdbufs.len());
+    let mut descs = Vec::with_capacity(cmdbufs.len());
+    for (i, cb) in cmdbufs.iter().enumerate() {
+        if !Arc::ptr_eq(&cb.ctx.device, dev) {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_HANDLE,
+                format!(
+                    "command buffer #{i} was created on another device (or another open of it)."
+                ),
+            )
+            .ctx(ctx.id));
+        }
+        let (buf, size) = cb.submittable().map_err(|e| UmdError {
+            message: format!("command buffer #{i}: {}", e.message),
+            ..e
+        })?;
+        descs.push(Cmdbuf {
+            va: buf.va,
+            size,
+            flags: 0,
+        });
+        keep.push(buf);
+    }
+    let mut seqno = 0;
+    for (n, chunk) in descs.chunks(MAX_CMDBUFS as usize).enumerate() {
+        let ins: &[Fence] = if n == 0 { &fences } else { &[] };
+        seqno = dev.backend.submit(ctx.kmd_id, chunk, ins, 0).map_err(|e| {
+            let index = n * MAX_CMDBUFS as usize + e.bad_index as usize;
+            let what = match e.reason {
+                uapi::reason::PACKET_MALFORMED | uapi::reason::PACKET_HANG_DISABLED => {
+                    format!(
+                        "submit (command buffer #{index}, packet at byte offset {})",
+                        e.bad_offset
+                    )
+                }
+                uapi::reason::CMDBUF_BAD | uapi::reason::CMDBUF_NOT_MAPPED => {
+                    format!("submit (command buffer #{index})")
+                }
+                uapi::reason::FENCE_CTX_INVALID | uapi::reason::FENCE_NOT_SUBMITTED => {
+                    format!("submit (wait fence #{})", e.bad_index)
+                }
+                _ => "submit".to_string(),
+            };
+            let mut err = dev.fail(Op::Submit, e, &what).ctx(ctx.id);
+            if err.code == umdResult::UMD_ERR_CTX_LOST {
+                let (story, va) = ctx.loss_story();
+                err.message = format!(
+                    "context {} is lost: {story}; it accepts no more work. {}",
+                    ctx.id, err.message
+                );
+                err.fault_va = va;
+            }
+            err
+        })?;
+    }
+    ctx.last_seqno.store(seqno, Ordering::Release);
+    let backlog = ctx.inflight.lock().map(|mut q| {
+        q.push_back((seqno, keep));
+        q.len()
+    });
+    if backlog.unwrap_or(0) > RETIRE_POLL_THRESHOLD {
+        if let Ok(s) = ctx.state() {
+            ctx.retire(s.completed_seqno);
+        }
+    }
+    tracing::debug!(
+        ctx = ctx.id,
+        seqno,
+        cmdbufs = cmdbufs.len(),
+        waits = waits.len(),
+        "submit"
+    );
+    Ok(seqno)
+}
+
+/// Waits up to `timeout_ns` (relative; `u64::MAX` forever) for `seqno` on `ctx`.
+pub fn wait(ctx: &Context, seqno: u64, timeout_ns: u64) -> UmdResult<()> {
+    ctx.device.check().map_err(|e| e.ctx(ctx.id).seqno(seqno))?;
+    if seqno == 0 {
+        return Ok(());
+    }
+    let deadline = mono_ns().saturating_add(timeout_ns);
+    match ctx.device.backend.wait(ctx.kmd_id, seqno, deadline) {
+        Ok(done) => {
+            ctx.retire(done);
+            Ok(())
+        }
+        Err(e) => Err(wait_error(ctx, seqno, timeout_ns, e)),
+    }
+}
+
+/// Non-blocking: `UMD_SUCCESS` when signalled, `UMD_STATUS_NOT_READY` otherwise.
+pub fn query(ctx: &Context, seqno: u64) -> UmdResult<umdResult> {
+    ctx.device.check().map_err(|e| e.ctx(ctx.id).seqno(seqno))?;
+    if seqno == 0 {
+        return Ok(umdResult::UMD_SUCCESS);
+    }
+    match ctx.device.backend.wait(ctx.kmd_id, seqno, 0) {
+        Ok(done) => {
+            ctx.retire(done);
+            Ok(umdResult::UMD_SUCCESS)
+        }
+        Err(e) if e.errno == libc::ETIMEDOUT => Ok(umdResult::UMD_STATUS_NOT_READY),
+        Err(e) => Err(wait_error(ctx, seqno, 0, e)),
+    }
+}
+
+#[track_caller]
+fn wait_error(ctx: &Context, seqno: u64, timeout_ns: u64, e: crate::backend::KmdError) -> UmdError {
+    let what = format!("wait for fence (context {}, seqno {seqno})", ctx.id);
+    let mut err = ctx.device.fail(Op::Wait, e, &what).ctx(ctx.id).seqno(seqno);
+    match err.code {
+        umdResult::UMD_ERR_SYNC_TIMEOUT => {
+            let done = ctx.state().map(|s| s.completed_seqno).unwrap_or(0);
+            err.message = format!(
+                "fence (context {}, seqno {seqno}) not signalled within {} ms; the context has completed up to seqno {done}; the work is still running (a hang is declared only after the driver's job timeout). {}",
+                ctx.id,
+                timeout_ns / 1_000_000,
+                err.message
+            );
+        }
+        umdResult::UMD_ERR_CTX_LOST => {
+            let (story, va) = ctx.loss_story();
+            err.message = format!(
+                "context {} was lost: {story}; fence seqno {seqno} will never signal. {}",
+                ctx.id, err.message
+            );
+            err.fault_va = va;
+        }
+        umdResult::UMD_ERR_SYNC_FENCE_NEVER_SUBMITTED => {
+            err.message = format!(
+                "fence seqno {seqno} was never submitted on context {} (last submitted: {}). {}",
+                ctx.id,
+                ctx.last_seqno.load(Ordering::Acquire),
+                err.message
+            );
+        }
+        _ => {}
+    }
+    err
+}
