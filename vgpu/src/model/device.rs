@@ -454,7 +454,7 @@ impl State {
         for prio in (0..=PRIO_MAX).rev() {
             let start = self.rr_next.get(prio as usize).copied().unwrap_or(0);
             for i in 0..regs::NUM_QUEUES {
-                let q = (start + i) % regs::NUM_QUEUES;
+                let q = start.wrapping_add(i) % regs::NUM_QUEUES;
                 let Some(queue) = self.queues.get(q) else {
                     continue;
                 };
