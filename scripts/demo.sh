@@ -5,6 +5,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 cargo build --release -q -p umd
+ln -sf libumd.so target/release/libumd.so.1   # the soname programs record
+
 mkdir -p target/demo
 cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o target/demo/mlp_demo examples/mlp_demo.c \
    -Ltarget/release -lumd -Wl,-rpath,"$ROOT/target/release"

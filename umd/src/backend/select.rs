@@ -136,14 +136,16 @@ pub fn open(r: &Resolved, index: u32) -> Result<Box<dyn Backend>, UmdError> {
                     format!("device index {index} >= {n} simulated devices (UMD_SIM_DEVICES)."),
                 ));
             }
-            super::sim::SimFile::open(index)
-                .map(|f| Box::new(f) as Box<dyn Backend>)
-                .map_err(|e| {
-                    UmdError::new(
-                        umdResult::UMD_ERR_INIT_NO_DEVICE,
-                        format!("simulated device {index}: {e}."),
-                    )
-                })
+            super::sim::SimFile::open(index).map(|f| Box::new(f) as Box<dyn Backend>).map_err(|e| match e {
+                super::sim::OpenError::Config(s) => {
+                    UmdError::new(umdResult::UMD_ERR_INIT_BAD_CONFIG, format!("simulated device {index}: {s}."))
+                }
+                super::sim::OpenError::Kmd(k) => crate::errmap::kmd_error(
+                    crate::errmap::Op::Other,
+                    k,
+                    &format!("opening simulated device {index} (it stays lost until every open of it is closed)"),
+                ),
+            })
         }
     }
 }

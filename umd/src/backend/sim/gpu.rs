@@ -281,6 +281,13 @@ impl Gpu {
         Ok(slot)
     }
 
+    /// True when the device is lost and no file uses it any more: the next open starts a fresh
+    /// device (as reloading the module would).
+    pub fn lost_and_unused(&self) -> bool {
+        let st = self.state();
+        st.lost && st.as_slots.iter().all(|s| s.is_none())
+    }
+
     /// Releases a file's slot and contexts (file close).
     pub fn detach_file(&self, file: u64, slot: usize) {
         let ids: Vec<u32> = self

@@ -52,11 +52,22 @@ fn gpu(index: u32) -> Result<Arc<Gpu>, String> {
         gpus.resize(index as usize + 1, Weak::new());
     }
     if let Some(g) = gpus[index as usize].upgrade() {
-        return Ok(g);
+        if !g.lost_and_unused() {
+            return Ok(g);
+        }
     }
     let g = Gpu::start(index, cfg)?;
     gpus[index as usize] = Arc::downgrade(&g);
     Ok(g)
+}
+
+/// Why a simulated device could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// Bad `UMD_SIM_*` settings or the device could not start.
+    Config(String),
+    /// What the simulated KMD said (device lost, too many files).
+    Kmd(KmdError),
 }
 
 /// One open file on a simulated device.
@@ -71,13 +82,11 @@ pub struct SimFile {
 
 impl SimFile {
     /// Opens simulated device `index`.
-    pub fn open(index: u32) -> Result<SimFile, String> {
-        let gpu = gpu(index)?;
-        let vm = Vm::new(gpu.mem.clone()).map_err(|e| e.describe())?;
+    pub fn open(index: u32) -> Result<SimFile, OpenError> {
+        let gpu = gpu(index).map_err(OpenError::Config)?;
+        let vm = Vm::new(gpu.mem.clone()).map_err(OpenError::Kmd)?;
         let id = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
-        let slot = gpu
-            .attach_file(id, vm.root)
-            .map_err(|e| format!("cannot attach a new file: {}", e.describe()))?;
+        let slot = gpu.attach_file(id, vm.root).map_err(OpenError::Kmd)?;
         Ok(SimFile {
             gpu,
             id,
