@@ -123,16 +123,12 @@ impl CmdBuf {
             i.words.extend_from_slice(&packet::encode_nop());
         }
         let bytes: Vec<u8> = i.words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        // Reuse the previous upload when it is large enough and nothing can still be reading it
-        // (the caller re-records only after the submits of the previous recording completed:
-        // the submit path holds its own Arc to the buffer it submitted, so a busy one is never
-        // ours alone).
-        let reuse = match &i.recorded {
-            Some(r) if r.buffer.size >= bytes.len() as u64 && Arc::strong_count(&r.buffer) == 1 => {
-                true
-            }
-            _ => false,
-        };
+        // Reuse the previous upload only when it is large enough and no job can still read it:
+        // every submit keeps an Arc to the buffer it submitted until its fence is seen signalled
+        // (Context::retire), so a count of one means nothing in flight uses it.
+        let reuse = matches!(&i.recorded,
+            Some(r) if r.buffer.size >= bytes.len() as u64 && Arc::strong_count(&r.buffer) == 1);
+
         if !reuse {
             let size = (bytes.len() as u64).next_multiple_of(uapi::PAGE_SIZE);
             let buf = Buffer::alloc(&self.ctx, size, MEM_FLAG_READ_ONLY)

@@ -4,6 +4,12 @@
 //! with the panic message in the detail, never unwinding into C), records the detail of every
 //! failure for `umdGetLastErrorDetail`, and logs it where it was produced. The success path does
 //! no formatting and no allocation for error reporting.
+//!
+//! Two lints are off here on purpose: `double_must_use`, because the function-level
+//! `#[must_use]` is what makes cbindgen mark each declaration `UMD_MUST_USE` in C (the type-level
+//! one only helps Rust callers); and `not_unsafe_ptr_arg_deref`, because C entry points take raw
+//! pointers by definition and check them (NULL -> `UMD_ERR_INVALID_POINTER`) before use.
+#![allow(clippy::double_must_use, clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod cmdbuf;
 pub mod context;

@@ -380,7 +380,7 @@ impl Gpu {
     }
 
     /// Looks up a context of `file`.
-    fn ctx_of<'a>(st: &'a State, file: u64, id: u32) -> KmdResult<&'a Ctx> {
+    fn ctx_of(st: &State, file: u64, id: u32) -> KmdResult<&Ctx> {
         match st.contexts.get(&id) {
             Some(c) if c.file == file => Ok(c),
             _ => Err(KmdError::new(libc::EINVAL, r::CTX_INVALID)),

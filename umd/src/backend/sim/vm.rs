@@ -66,7 +66,8 @@ impl Vm {
         if size == 0 {
             return einval(r::SIZE_ZERO);
         }
-        if va % PAGE != 0 || bo_offset % PAGE != 0 || size % PAGE != 0 {
+        if !va.is_multiple_of(PAGE) || !bo_offset.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE)
+        {
             return einval(r::UNALIGNED);
         }
         let Some(end) = va.checked_add(size) else {
@@ -206,8 +207,7 @@ impl Vm {
             chain[level - 1] = (slot, table);
         }
         // From the L0 table upwards: free a table whose 512 entries are all zero.
-        for level in 0..pte::LEVELS - 1 {
-            let (parent_slot, t) = chain[level];
+        for &(parent_slot, t) in chain.iter().take(pte::LEVELS - 1) {
             if !self.table_empty(t) {
                 return;
             }

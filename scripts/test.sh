@@ -1,0 +1,39 @@
+#!/bin/bash
+# Runs every test (the README's second command; .ci/run calls exactly this):
+#   1. tool set-up (idempotent: apt packages, kernel source, bindgen, cbindgen)
+#   2. formatting and lints (cargo fmt --check, clippy -D warnings)
+#   3. the workspace tests: uapi layouts (Rust and C), the device model, libumd on the simulator
+#      (Rust tests, the C ABI test program, header and symbol checks)
+#   4. the kernel module: debug kernel (cached), aigpu.ko, initramfs, QEMU guest running the
+#      in-guest suite (scripts/test-kmd.sh)
+# Set AIGPU_SKIP_KMD=1 to skip step 4 on a machine without the kernel toolchain.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+t0=$(date +%s)
+step() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+step "tool set-up"
+bash scripts/setup-toolchain.sh
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy -q --workspace --all-targets -- -D warnings
+
+step "workspace tests (simulator backend)"
+cargo test --workspace 2>&1 | tee target/test-workspace.log | grep -E '^(test result|running|error)|FAILED|panicked' || true
+if grep -qE 'test result: FAILED|^error' target/test-workspace.log || ! grep -q 'test result: ok' target/test-workspace.log; then
+  echo "workspace tests FAILED (full log: target/test-workspace.log)"; exit 1
+fi
+passed=$(grep -oE 'test result: ok\. [0-9]+ passed' target/test-workspace.log | awk '{s+=$4} END {print s+0}')
+step "workspace: $passed tests passed"
+
+if [ "${AIGPU_SKIP_KMD:-0}" = 1 ]; then
+  step "kernel module tests SKIPPED (AIGPU_SKIP_KMD=1)"
+elif [ -x scripts/test-kmd.sh ]; then
+  step "kernel module tests in the QEMU guest"
+  bash scripts/test-kmd.sh
+else
+  echo "scripts/test-kmd.sh missing"; exit 1
+fi
+step "all tests passed"
