@@ -107,3 +107,12 @@ fn statuses_are_not_errors_and_actions_are_sane() {
         assert_eq!(c.is_error(), (*c as i32) < 0);
     }
 }
+
+#[test]
+fn every_code_is_documented() {
+    let doc = include_str!("../../docs/libumd.md");
+    for c in umdResult::ALL {
+        let row = format!("| `{}` | {} |", c.name(), *c as i32);
+        assert!(doc.contains(&row), "docs/libumd.md has no table row for {} = {}", c.name(), *c as i32);
+    }
+}
