@@ -178,3 +178,53 @@ impl<T> Table<T> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(r: Result<Arc<u32>, UmdError>) -> String {
+        match r {
+            Err(e) => {
+                assert_eq!(e.code, umdResult::UMD_ERR_INVALID_HANDLE);
+                e.message
+            }
+            Ok(_) => panic!("handle accepted"),
+        }
+    }
+
+    #[test]
+    fn live_destroyed_forged_wrong_type_null() {
+        let t: Table<u32> = Table::new(Kind::Buffer);
+        let h = t.insert(Arc::new(5));
+        assert_eq!(*t.get(h).expect("live"), 5);
+        assert_eq!(h >> 56, Kind::Buffer as u64);
+        t.remove(h).expect("remove");
+        assert_eq!(
+            msg(t.get(h)),
+            format!("umdBuffer handle 0x{h:016x} was destroyed.")
+        );
+        assert_eq!(
+            msg(t.remove(h)),
+            format!("umdBuffer handle 0x{h:016x} was destroyed.")
+        );
+        // The slot is reused with a new generation; the old handle stays destroyed.
+        let h2 = t.insert(Arc::new(6));
+        assert_eq!(h2 & 0xFFFF_FFFF, h & 0xFFFF_FFFF);
+        assert_ne!(h2, h);
+        assert!(msg(t.get(h)).ends_with("was destroyed."));
+        let forged_gen = h2 + (5 << 32);
+        assert!(msg(t.get(forged_gen))
+            .ends_with("was never valid (no object was ever created with it)."));
+        let forged_index = (Kind::Buffer as u64) << 56 | 1 << 32 | 999;
+        assert!(msg(t.get(forged_index))
+            .ends_with("was never valid (no object was ever created with it)."));
+        let ctx_handle = (Kind::Context as u64) << 56 | 1 << 32;
+        assert!(msg(t.get(ctx_handle)).ends_with("is a umdContext handle (wrong type)."));
+        assert!(
+            msg(t.get(0x7700_0001_0000_0000)).ends_with("was never valid (unknown handle type).")
+        );
+        assert!(msg(t.get(0)).ends_with("is the null handle 0."));
+        assert_eq!(t.live().len(), 1);
+    }
+}

@@ -130,3 +130,72 @@ pub(crate) fn copy_versioned<T: Copy>(v: &T, dst: *mut T, size: u32) {
         (dst as *mut u32).write_unaligned(size);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::detail::{copy_out, umdErrorDetail};
+
+    #[test]
+    fn a_panic_becomes_internal_error_with_detail() {
+        let r = guard("umdTestPanics", || -> UmdResult<umdResult> {
+            panic!("boom {}", 42)
+        });
+        assert_eq!(r, umdResult::UMD_ERR_INTERNAL);
+        let d = detail::last();
+        assert_eq!(d.code, umdResult::UMD_ERR_INTERNAL as i32);
+        assert_eq!(d.function_str(), "umdTestPanics");
+        assert!(
+            d.message_str()
+                .starts_with("panic inside umdTestPanics: boom 42."),
+            "{}",
+            d.message_str()
+        );
+        assert!(d
+            .message_str()
+            .ends_with("Action: report a bug with this detail and the log files."));
+    }
+
+    #[test]
+    fn success_does_not_touch_the_detail() {
+        let _ = guard("umdFails", || {
+            Err(UmdError::new(umdResult::UMD_ERR_INVALID_SIZE, "size is 0."))
+        });
+        assert_eq!(
+            guard("umdWorks", || Ok(umdResult::UMD_SUCCESS)),
+            umdResult::UMD_SUCCESS
+        );
+        let d = detail::last();
+        assert_eq!(
+            (d.code, d.function_str()),
+            (
+                umdResult::UMD_ERR_INVALID_SIZE as i32,
+                "umdFails".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn versioned_detail_fills_only_what_the_caller_knows() {
+        let _ = guard("umdFails", || {
+            Err(UmdError::new(umdResult::UMD_ERR_INVALID_RANGE, "past the end.").ctx(7))
+        });
+        // An older caller whose struct ends after `line`: bytes beyond stay untouched.
+        let mut d = umdErrorDetail::empty();
+        d.thread_id = 0xAAAA;
+        d.struct_size = std::mem::offset_of!(umdErrorDetail, thread_id) as u32;
+        // SAFETY: d is a full struct, larger than the struct_size we claim.
+        unsafe { copy_out(&mut d) }.expect("copy");
+        assert_eq!(d.code, umdResult::UMD_ERR_INVALID_RANGE as i32);
+        assert_eq!(
+            d.struct_size,
+            std::mem::offset_of!(umdErrorDetail, thread_id) as u32
+        );
+        assert_eq!(d.thread_id, 0xAAAA, "wrote past the caller's struct_size");
+        let mut tiny = umdErrorDetail::empty();
+        tiny.struct_size = 4;
+        // SAFETY: as above.
+        let e = unsafe { copy_out(&mut tiny) }.unwrap_err();
+        assert_eq!(e.code, umdResult::UMD_ERR_INVALID_STRUCT_SIZE);
+    }
+}
