@@ -83,6 +83,10 @@ struct Queue {
     /// Watchdog: job id seen executing, and since when.
     cur_job: u64,
     cur_since: Instant,
+    /// Busy samples of the last second (one bit per watchdog tick), for `busy_pct`.
+    busy_samples: u128,
+    /// Jobs completed on this queue.
+    done: u64,
 }
 
 /// Counters shown by tools and tests.
@@ -111,6 +115,23 @@ pub struct State {
     queues: Vec<Queue>,
     /// Event counters.
     pub counters: Counters,
+    /// Open files (clients) by id.
+    pub clients: HashMap<u64, Client>,
+}
+
+/// Per-open-file statistics (the debugfs `clients` file).
+#[derive(Clone, Debug, Default)]
+pub struct Client {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Bytes of GEM objects alive (handles or mappings), shared with the file's objects.
+    pub mem: Arc<std::sync::atomic::AtomicU64>,
+    /// Live objects.
+    pub objects: u64,
+    /// Jobs submitted.
+    pub jobs: u64,
 }
 
 /// Test-only fault injections (the KMD exposes the same through root-only debugfs).
@@ -184,6 +205,8 @@ impl Gpu {
                 inflight: VecDeque::new(),
                 cur_job: 0,
                 cur_since: Instant::now(),
+                busy_samples: 0,
+                done: 0,
             });
         }
         let dev = Device::new(SharedMem(mem.clone()), SimClock(Instant::now()));
@@ -202,6 +225,7 @@ impl Gpu {
                 as_slots: [None; regs::NUM_AS_SLOTS],
                 queues,
                 counters: Counters::default(),
+                clients: HashMap::new(),
             }),
             changed: Condvar::new(),
             kick: (Mutex::new(false), Condvar::new()),
@@ -264,7 +288,12 @@ impl Gpu {
     }
 
     /// Claims an address-space slot for a new file and points it at `pt_root`.
-    pub fn attach_file(&self, file: u64, pt_root: u64) -> KmdResult<usize> {
+    pub fn attach_file(
+        &self,
+        file: u64,
+        pt_root: u64,
+        mem: Arc<std::sync::atomic::AtomicU64>,
+    ) -> KmdResult<usize> {
         let mut st = self.state();
         if st.lost {
             return Err(KmdError::new(libc::ENODEV, r::DEVICE_LOST));
@@ -275,6 +304,19 @@ impl Gpu {
             .position(|s| s.is_none())
             .ok_or(KmdError::new(libc::EBUSY, r::OBJECT_LIMIT))?;
         st.as_slots[slot] = Some(file);
+        let comm = std::fs::read_to_string("/proc/self/comm")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        st.clients.insert(
+            file,
+            Client {
+                pid: std::process::id(),
+                comm,
+                mem,
+                ..Client::default()
+            },
+        );
         let mut d = lock(&self.dev);
         d.mmio_write64(regs::as_pt_base(slot), pt_root);
         d.mmio_write32(regs::as_config(slot), regs::AS_ENABLED);
@@ -302,6 +344,7 @@ impl Gpu {
         }
         let mut st = self.state();
         st.as_slots[slot] = None;
+        st.clients.remove(&file);
         let mut d = lock(&self.dev);
         d.mmio_write32(regs::as_config(slot), 0);
     }
@@ -489,6 +532,9 @@ impl Gpu {
             c.submitted = seqno;
         }
         st.counters.jobs += 1;
+        if let Some(c) = st.clients.get_mut(&file) {
+            c.jobs += 1;
+        }
         let end = self.write_ring(&mut st, queue, &descs);
         st.queues[queue].inflight.push_back(Job {
             id: job_id,
@@ -612,6 +658,7 @@ impl Gpu {
             let head = d.mmio_read32(regs::queue_base(qi) + regs::Q_HEAD);
             while q.inflight.front().is_some_and(|j| at_or_after(head, j.end)) {
                 q.inflight.pop_front();
+                q.done += 1;
             }
         }
         let fence_page = self.fence_page;
@@ -692,6 +739,10 @@ impl Gpu {
         let now = Instant::now();
         let mut hung = None;
         for (qi, q) in st.queues.iter_mut().enumerate() {
+            // One sample per watchdog tick (5 ms); busy_pct counts the busy ones among the last
+            // 100 samples, i.e. the percentage of the last half second.
+
+            q.busy_samples = (q.busy_samples << 1) | (!q.inflight.is_empty()) as u128;
             if q.inflight.is_empty() {
                 q.cur_job = 0;
                 continue;
@@ -848,5 +899,144 @@ fn device_thread(gpu: std::sync::Weak<Gpu>) {
             }
             *kicked = false;
         }
+    }
+}
+
+/// The debugfs texts of docs/debugfs.md, rendered from the simulator's state (so `umd-smi` reads
+/// the simulator and the kernel driver with one parser).
+impl Gpu {
+    /// Contents of `status`.
+    pub fn debugfs_status(&self) -> String {
+        let st = self.state();
+        let c = st.counters;
+        format!(
+            "device=sim{} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={}\n",
+            self.index,
+            if st.lost { "lost" } else { "ok" },
+            uapi::UAPI_MAJOR,
+            uapi::UAPI_MINOR,
+            uapi::DRIVER_VERSION.0,
+            uapi::DRIVER_VERSION.1,
+            uapi::DRIVER_VERSION.2,
+            self.mem.size(),
+            st.clients.values().map(|c| c.mem.load(Ordering::Relaxed)).sum::<u64>(),
+            st.clients.len(),
+            st.contexts.len(),
+            c.jobs,
+            c.faults,
+            c.hangs,
+            c.resets,
+            self.cfg.job_timeout_ms,
+            self.cfg.hang_debug as u32
+        )
+    }
+
+    /// Contents of `queues`.
+    pub fn debugfs_queues(&self) -> String {
+        let st = self.state();
+        let mut d = lock(&self.dev);
+        let mut out = String::new();
+        for (qi, q) in st.queues.iter().enumerate() {
+            let b = regs::queue_base(qi);
+            let state = d.mmio_read32(b + regs::Q_STATE);
+            let head = d.mmio_read32(b + regs::Q_HEAD);
+            let busy = q.busy_samples & ((1u128 << 100) - 1);
+            out += &format!(
+                "queue={qi} prio={} state={} head={head} tail={} inflight={} jobs={} busy_pct={} cur_job={}\n",
+                prio_name(queue_priority(qi)),
+                regs::qstate_name(state),
+                q.tail,
+                q.inflight.len(),
+                q.done,
+                busy.count_ones(),
+                q.cur_job
+            );
+        }
+        out
+    }
+
+    /// Contents of `clients`.
+    pub fn debugfs_clients(&self) -> String {
+        let st = self.state();
+        let mut ids: Vec<&u64> = st.clients.keys().collect();
+        ids.sort();
+        let mut out = String::new();
+        for id in ids {
+            let c = &st.clients[id];
+            let contexts = st.contexts.values().filter(|x| x.file == *id).count();
+            out += &format!(
+                "client={id} pid={} comm={} mem={} objects={} contexts={contexts} jobs={}\n",
+                c.pid,
+                c.comm,
+                c.mem.load(Ordering::Relaxed),
+                c.objects,
+                c.jobs
+            );
+        }
+        out
+    }
+
+    /// Contents of `contexts`.
+    pub fn debugfs_contexts(&self) -> String {
+        let st = self.state();
+        let mut ids: Vec<&u32> = st.contexts.keys().collect();
+        ids.sort();
+        let mut out = String::new();
+        for id in ids {
+            let c = &st.contexts[id];
+            let (pid, comm) = st
+                .clients
+                .get(&c.file)
+                .map(|k| (k.pid, k.comm.as_str()))
+                .unwrap_or((0, "?"));
+            out += &format!(
+                "ctx={id} client={} pid={pid} comm={comm} queue={} prio={} submitted={} completed={} reset={} hung={}",
+                c.file,
+                c.queue,
+                prio_name(c.priority),
+                c.submitted,
+                c.completed,
+                reset_name(c.reset_status),
+                c.hung as u32
+            );
+            if let Some(f) = c.fault {
+                out += &format!(
+                    " fault={} access={} va={:#x} offset={}",
+                    regs::fault_kind_name(f.kind),
+                    regs::access_name(f.access),
+                    f.va,
+                    f.offset
+                );
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Counts a GEM handle created (`true`) or closed by `file`.
+    pub fn account_handle(&self, file: u64, created: bool) {
+        if let Some(c) = self.state().clients.get_mut(&file) {
+            c.objects = if created {
+                c.objects + 1
+            } else {
+                c.objects.saturating_sub(1)
+            };
+        }
+    }
+}
+
+fn prio_name(p: u32) -> &'static str {
+    match p {
+        uapi::ioctl::PRIORITY_LOW => "low",
+        uapi::ioctl::PRIORITY_HIGH => "high",
+        _ => "normal",
+    }
+}
+
+fn reset_name(r: u32) -> &'static str {
+    match r {
+        RESET_GUILTY => "guilty",
+        RESET_INNOCENT => "innocent",
+        _ => "none",
     }
 }

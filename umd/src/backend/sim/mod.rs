@@ -73,6 +73,8 @@ pub enum OpenError {
 /// One open file on a simulated device.
 pub struct SimFile {
     gpu: Arc<Gpu>,
+    /// Bytes of this file's live objects (shared with them and with the debugfs view).
+    mem_bytes: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
     slot: usize,
     vm: Mutex<Vm>,
@@ -86,9 +88,13 @@ impl SimFile {
         let gpu = gpu(index).map_err(OpenError::Config)?;
         let vm = Vm::new(gpu.mem.clone()).map_err(OpenError::Kmd)?;
         let id = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
-        let slot = gpu.attach_file(id, vm.root).map_err(OpenError::Kmd)?;
+        let mem_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let slot = gpu
+            .attach_file(id, vm.root, mem_bytes.clone())
+            .map_err(OpenError::Kmd)?;
         Ok(SimFile {
             gpu,
+            mem_bytes,
             id,
             slot,
             vm: Mutex::new(vm),
@@ -230,20 +236,23 @@ impl Backend for SimFile {
         if rounded > self.gpu.mem.size() {
             return Err(KmdError::new(libc::E2BIG, r::SIZE_TOO_LARGE));
         }
-        let bo = SimBo::new(&self.gpu.mem, rounded)
+        let bo = SimBo::new(&self.gpu.mem, rounded, &self.mem_bytes)
             .ok_or(KmdError::new(libc::ENOMEM, r::OUT_OF_MEMORY))?;
         let mut next = lock(&self.next_handle);
         let handle = *next;
         *next = next.wrapping_add(1).max(1);
         lock(&self.objects).insert(handle, Arc::new(bo));
+        self.gpu.account_handle(self.id, true);
         Ok(handle)
     }
 
     fn gem_close(&self, handle: u32) -> KmdResult<()> {
-        lock(&self.objects)
+        let bo = lock(&self.objects)
             .remove(&handle)
-            .map(|_| ())
-            .ok_or(KmdError::new(libc::EINVAL, r::HANDLE_INVALID))
+            .ok_or(KmdError::new(libc::EINVAL, r::HANDLE_INVALID))?;
+        drop(bo);
+        self.gpu.account_handle(self.id, false);
+        Ok(())
     }
 
     fn gem_mmap(&self, handle: u32, size: u64) -> KmdResult<HostMap> {
