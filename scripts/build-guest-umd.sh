@@ -1,0 +1,42 @@
+#!/bin/bash
+# Stages the user-space half of the in-guest suite into out/guest/umd/ (copied into the
+# initramfs by build-initramfs.sh):
+#   bin/backend_conformance   the UAPI conformance tests (umd/tests/backend_conformance.rs), run
+#                             in the guest with UMD_BACKEND=kmd against the real module
+#   bin/abi_test              the C ABI test program (tests/c/abi_test.c)
+#   bin/mlp_demo              the demo
+#   lib/                      libumd.so(.1) and every shared library those programs load, with
+#                             the dynamic loader, so the guest needs no distribution
+# The binaries are the same ones the host runs on the simulator: one source, two backends.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=out/guest/umd
+rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/lib"
+
+cargo build --release -q -p umd
+ln -sf libumd.so target/release/libumd.so.1
+exe=$(cargo test --release -q -p umd --test backend_conformance --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="backend_conformance":
+        print(m["executable"])')
+[ -x "$exe" ] || { echo "build-guest-umd: backend_conformance test binary not found" >&2; exit 1; }
+cp "$exe" "$OUT/bin/backend_conformance"
+for prog in tests/c/abi_test.c examples/mlp_demo.c; do
+  name=$(basename "$prog" .c)
+  cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/$name" "$prog" \
+     -Ltarget/release -lumd -Wl,-rpath,/lib
+done
+cp target/release/libumd.so "$OUT/lib/libumd.so"
+ln -sf libumd.so "$OUT/lib/libumd.so.1"
+# The loader and every library the binaries need, as resolved on this host.
+for f in "$OUT"/bin/* "$OUT/lib/libumd.so"; do
+  LD_LIBRARY_PATH="$OUT/lib" ldd "$f" | awk '/=> \//{print $3} /^\s*\/lib.*ld-linux/{print $1}'
+done | sort -u | while read -r lib; do
+  cp -L "$lib" "$OUT/lib/$(basename "$lib")"
+done
+mkdir -p "$OUT/lib64"
+cp -L /lib64/ld-linux-x86-64.so.2 "$OUT/lib64/"
+du -sh "$OUT" | awk '{print "build-guest-umd: " $1 " in '"$OUT"'"}'
