@@ -31,6 +31,61 @@
 #define UMD_VERSION_PATCH 0
 
 /**
+ * Log level: nothing.
+ */
+#define UMD_LOG_LEVEL_OFF 0
+
+/**
+ * Log level: errors only.
+ */
+#define UMD_LOG_LEVEL_ERROR 1
+
+/**
+ * Log level: warnings and errors (the console's default).
+ */
+#define UMD_LOG_LEVEL_WARN 2
+
+/**
+ * Log level: key events (the file's default).
+ */
+#define UMD_LOG_LEVEL_INFO 3
+
+/**
+ * Log level: detailed debugging.
+ */
+#define UMD_LOG_LEVEL_DEBUG 4
+
+/**
+ * Log level: everything, including per-call parameters.
+ */
+#define UMD_LOG_LEVEL_TRACE 5
+
+/**
+ * Sink bit: the console (stderr).
+ */
+#define UMD_LOG_SINK_CONSOLE 1
+
+/**
+ * Sink bit: the log file.
+ */
+#define UMD_LOG_SINK_FILE 2
+
+/**
+ * Both sinks.
+ */
+#define UMD_LOG_SINK_ALL 3
+
+/**
+ * Record format: text lines for people.
+ */
+#define UMD_LOG_FORMAT_TEXT 0
+
+/**
+ * Record format: JSON lines for machines.
+ */
+#define UMD_LOG_FORMAT_JSON 1
+
+/**
  * `umdMemAlloc` flag: the GPU may only read the buffer.
  */
 #define UMD_MEM_READ_ONLY 1
@@ -568,6 +623,65 @@ typedef struct umdErrorDetail {
 } umdErrorDetail;
 
 /**
+ * Logging counters. Versioned: set `struct_size = sizeof(umdLogStats)` first.
+ */
+typedef struct umdLogStats {
+  /**
+   * In: sizeof(umdLogStats).
+   */
+  uint32_t struct_size;
+  /**
+   * 1 while the file sink is writing, 0 while it is down (console only) or not open.
+   */
+  uint32_t file_ok;
+  /**
+   * Records dropped because the queue was full (lossy mode, or blocking mode past its
+   * bound).
+   */
+  uint64_t dropped;
+  /**
+   * Records the file sink failed to write (disk full, unwritable directory, ...).
+   */
+  uint64_t failed_file;
+  /**
+   * Records the console failed to write.
+   */
+  uint64_t failed_console;
+  /**
+   * Records written to the file.
+   */
+  uint64_t written_file;
+  /**
+   * Records written to the console.
+   */
+  uint64_t written_console;
+  /**
+   * File rotations.
+   */
+  uint64_t rotations;
+  /**
+   * Flushes (explicit or on ERROR) that timed out.
+   */
+  uint64_t flush_timeouts;
+  /**
+   * WARN-and-worse records stored in the emergency ring since start.
+   */
+  uint64_t ring_records;
+  /**
+   * Black-box files written.
+   */
+  uint64_t blackbox_dumps;
+  /**
+   * Records waiting in the queue now.
+   */
+  uint64_t queued;
+  /**
+   * Queue capacity (records).
+   */
+  uint64_t queue_capacity;
+} umdLogStats;
+
+/**
  * A device buffer.
  */
 typedef uint64_t umdBuffer;
@@ -780,6 +894,67 @@ int32_t umdIsRetryable(int32_t result);
  * clear it.
  */
 UMD_MUST_USE umdResult umdGetLastErrorDetail(struct umdErrorDetail *detail);
+
+/**
+ * Sets the level of one module (a tracing target prefix such as "umd::memory"; NULL or "" sets
+ * the default level) on the given sinks (`UMD_LOG_SINK_*`). Takes effect for calls made after
+ * it returns. `level` is `UMD_LOG_LEVEL_*`.
+ */
+UMD_MUST_USE umdResult umdLogSetLevel(const char *module, int32_t level, uint32_t sinks);
+
+/**
+ * Replaces the whole filter of the given sinks with `filter` in the `RUST_LOG` syntax
+ * (e.g. "warn,umd::memory=debug"). `UMD_ERR_LOG_BAD_FILTER` (nothing changed) when it does
+ * not parse.
+ */
+UMD_MUST_USE umdResult umdLogSetFilter(uint32_t sinks, const char *filter);
+
+/**
+ * Reads the current filter of one sink (`UMD_LOG_SINK_CONSOLE` or `UMD_LOG_SINK_FILE`) in
+ * canonical `RUST_LOG` syntax into `buf` (`size` bytes, NUL-terminated). `*needed` (may be
+ * NULL) receives the size required; `buf` NULL with `size` 0 only asks for it.
+ * `UMD_ERR_INVALID_SIZE` when the buffer is too small (a truncated copy is written).
+ */
+UMD_MUST_USE umdResult umdLogGetFilter(uint32_t sink, char *buf, size_t size, size_t *needed);
+
+/**
+ * Sets the record format (`UMD_LOG_FORMAT_TEXT` or `UMD_LOG_FORMAT_JSON`) of the given sinks.
+ */
+UMD_MUST_USE umdResult umdLogSetFormat(uint32_t sinks, uint32_t format);
+
+/**
+ * Configures the file sink: directory (NULL: keep), size limit in bytes before rotation
+ * (0: keep; minimum 4096) and number of files kept including the active one (0: keep). The
+ * active file is closed and `umd-<pid>.log` is opened in the (new) directory.
+ * `UMD_ERR_LOG_IO` when it cannot be opened: the file sink is then down (console only) and
+ * retried periodically; the driver is not affected.
+ */
+UMD_MUST_USE umdResult umdLogSetFile(const char *dir, uint64_t max_bytes, uint32_t max_files);
+
+/**
+ * The path of the active log file into `buf` (like `umdLogGetFilter`).
+ * `UMD_ERR_LOG_IO` when no file is open.
+ */
+UMD_MUST_USE umdResult umdLogGetFilePath(char *buf, size_t size, size_t *needed);
+
+/**
+ * Returns once every record logged before the call is written to the console and the file
+ * (and the file is `fdatasync`ed), or after `timeout_ms` with `UMD_ERR_LOG_FLUSH_TIMEOUT`.
+ * `UMD_ERR_LOG_IO` when the file sink is down (records went to the console only).
+ */
+UMD_MUST_USE umdResult umdLogFlush(uint32_t timeout_ms);
+
+/**
+ * Fills `*stats` with the logging counters. Set `stats->struct_size = sizeof(umdLogStats)`.
+ */
+UMD_MUST_USE umdResult umdLogGetStats(struct umdLogStats *stats);
+
+/**
+ * Writes the emergency ring (the last WARN-and-worse records) to
+ * `<log dir>/umd-blackbox-<pid>-<time>.log` now and puts its path into `buf` (may be NULL with
+ * `size` 0; `needed` may be NULL). `UMD_ERR_LOG_IO` when it cannot be written.
+ */
+UMD_MUST_USE umdResult umdLogDumpBlackbox(char *buf, size_t size, size_t *needed);
 
 /**
  * Allocates `size` bytes of device memory on `context`'s device (accounted to the context),

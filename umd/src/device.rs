@@ -99,18 +99,26 @@ impl Device {
         )
     }
 
-    /// Marks the device lost (first caller wins) and says so once in the log.
+    /// Marks the device lost (first caller wins), says so once in the log, and writes the
+    /// emergency log ring to a black-box file that the device-lost detail names.
     pub fn mark_lost(&self, why: &str) {
+        // Held until the reason names the black box, so no caller sees a half-told loss.
+        let mut reason = self.lost_reason.lock();
         if self.lost.swap(true, Ordering::AcqRel) {
             return;
         }
         self.lost_at_wall_ns
             .store(crate::error::detail::wall_ns(), Ordering::Relaxed);
-        if let Ok(mut r) = self.lost_reason.lock() {
-            *r = why.to_string();
-        }
         tracing::error!(device = self.id, index = self.index, location = %self.backend.location(), reason = why,
             "device lost: all further calls fail with UMD_ERR_DEVICE_LOST");
+        let black_box =
+            match crate::log::dump_blackbox(&format!("device {} lost: {why}", self.index)) {
+                Ok(path) => format!("black box: {path}"),
+                Err(e) => e,
+            };
+        if let Ok(r) = reason.as_mut() {
+            **r = format!("{why}; {black_box}");
+        }
     }
 
     /// Turns a backend failure into a `UmdError`, recording device loss on the way.

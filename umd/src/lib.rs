@@ -13,6 +13,7 @@ pub mod device;
 pub mod errmap;
 pub mod error;
 pub mod handle;
+pub mod log;
 pub mod memory;
 pub mod registry;
 pub mod submit;

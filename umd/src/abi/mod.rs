@@ -15,6 +15,7 @@ pub mod cmdbuf;
 pub mod context;
 pub mod device;
 pub mod errors;
+pub mod log;
 pub mod memory;
 pub mod sync;
 pub mod types;
@@ -24,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs an API call: panics and errors become result codes with a recorded detail.
 pub(crate) fn guard(function: &'static str, f: impl FnOnce() -> UmdResult<umdResult>) -> umdResult {
+    crate::log::ensure_init();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => fail(function, e),

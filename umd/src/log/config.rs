@@ -1,0 +1,207 @@
+//! Logging configuration from the environment (read once, at initialisation; everything but
+//! the queue and ring sizes can be changed later through the C ABI). A bad value never fails
+//! the driver: the default is used and a WARN says which variable was ignored and why.
+
+use super::filter::Filter;
+use super::format::Format;
+use super::rotate::{default_dir, FileConfig};
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing_subscriber::filter::LevelFilter;
+
+/// What a caller does when the queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// Wait for room up to this long, then drop (counted). The default.
+    Block(Duration),
+    /// Drop at once (counted).
+    Drop,
+}
+
+/// Everything the pipeline needs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Console (stderr) filter.
+    pub console: Filter,
+    /// File filter.
+    pub file: Filter,
+    /// Console format.
+    pub console_format: Format,
+    /// File format.
+    pub file_format: Format,
+    /// File sink.
+    pub file_cfg: FileConfig,
+    /// The directory was not given (UMD_LOG_DIR unset): fall back to /tmp/aigpu-<uid> when the
+    /// default cannot be created.
+    pub dir_is_default: bool,
+    /// Queue capacity (records).
+    pub queue: usize,
+    /// Full-queue policy.
+    pub overflow: Overflow,
+    /// Periodic flush interval.
+    pub flush_interval: Duration,
+    /// How long an ERROR waits for its record to reach the file.
+    pub error_flush: Duration,
+    /// How often a failed file sink is retried.
+    pub retry: Duration,
+    /// Emergency ring records.
+    pub ring: usize,
+    /// Install the fatal-signal handlers.
+    pub signals: bool,
+    /// Variables that were ignored, to be logged once the pipeline runs.
+    pub warnings: Vec<String>,
+}
+
+/// Default file size limit (seed 000 §3.2: 128 MB).
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 128 << 20;
+/// Default number of files kept.
+pub(crate) const DEFAULT_MAX_FILES: u32 = 5;
+/// Default queue capacity.
+pub(crate) const DEFAULT_QUEUE: usize = 16_384;
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `123`, `64k`, `128M`, `1G` (binary multiples).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let mul = match s[i..].to_ascii_lowercase().as_str() {
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                _ => return None,
+            };
+            (&s[..i], mul)
+        }
+        None => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+impl Config {
+    /// The configuration from `UMD_LOG*` variables (see docs/logging.md for the list).
+    pub fn from_env() -> Config {
+        let mut warnings = Vec::new();
+        let mut filter = |name: &str, fallback: &Filter| -> Filter {
+            match var(name) {
+                None => fallback.clone(),
+                Some(v) => match Filter::parse(&v) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        warnings.push(format!("{name} ignored: {e}"));
+                        fallback.clone()
+                    }
+                },
+            }
+        };
+        let both_console = filter("UMD_LOG", &Filter::level(LevelFilter::WARN));
+        let both_file = if var("UMD_LOG").is_some() {
+            both_console.clone()
+        } else {
+            Filter::level(LevelFilter::INFO)
+        };
+        let console = filter("UMD_LOG_CONSOLE", &both_console);
+        let file = filter("UMD_LOG_FILE", &both_file);
+
+        let mut num = |name: &str, default: u64, min: u64, max: u64| -> u64 {
+            match var(name) {
+                None => default,
+                Some(v) => match parse_bytes(&v) {
+                    Some(n) if (min..=max).contains(&n) => n,
+                    _ => {
+                        warnings.push(format!(
+                            "{name}='{v}' ignored: expected a number from {min} to {max}; using {default}"
+                        ));
+                        default
+                    }
+                },
+            }
+        };
+        let max_bytes = num("UMD_LOG_MAX_BYTES", DEFAULT_MAX_BYTES, 4096, u64::MAX / 2);
+        let max_files = num("UMD_LOG_MAX_FILES", DEFAULT_MAX_FILES as u64, 1, 1000) as u32;
+        let queue = num("UMD_LOG_QUEUE", DEFAULT_QUEUE as u64, 1, 1 << 22) as usize;
+        let block_ms = num("UMD_LOG_BLOCK_MS", 100, 0, 60_000);
+        let flush_ms = num("UMD_LOG_FLUSH_MS", 1000, 1, 3_600_000);
+        let error_flush_ms = num("UMD_LOG_ERROR_FLUSH_MS", 250, 0, 60_000);
+        let retry_ms = num("UMD_LOG_RETRY_MS", 5000, 1, 3_600_000);
+        let ring = num(
+            "UMD_LOG_RING",
+            super::ring::DEFAULT_RECORDS as u64,
+            16,
+            65_536,
+        ) as usize;
+
+        let mut fmt = |name: &str| -> Format {
+            match var(name) {
+                None => Format::Text,
+                Some(v) => Format::parse(&v).unwrap_or_else(|| {
+                    warnings.push(format!("{name}='{v}' ignored: expected text or json"));
+                    Format::Text
+                }),
+            }
+        };
+        let both_fmt = fmt("UMD_LOG_FORMAT");
+        let console_format = match var("UMD_LOG_CONSOLE_FORMAT") {
+            Some(_) => fmt("UMD_LOG_CONSOLE_FORMAT"),
+            None => both_fmt,
+        };
+        let file_format = match var("UMD_LOG_FILE_FORMAT") {
+            Some(_) => fmt("UMD_LOG_FILE_FORMAT"),
+            None => both_fmt,
+        };
+
+        let overflow = match var("UMD_LOG_OVERFLOW").as_deref().map(str::trim) {
+            None | Some("block") => Overflow::Block(Duration::from_millis(block_ms)),
+            Some("drop") => Overflow::Drop,
+            Some(v) => {
+                warnings.push(format!(
+                    "UMD_LOG_OVERFLOW='{v}' ignored: expected block or drop; using block"
+                ));
+                Overflow::Block(Duration::from_millis(block_ms))
+            }
+        };
+        let signals = !matches!(var("UMD_LOG_SIGNALS").as_deref(), Some("0" | "off" | "no"));
+        let (dir, dir_is_default) = match var("UMD_LOG_DIR") {
+            Some(d) => (PathBuf::from(d), false),
+            None => (default_dir(), true),
+        };
+        Config {
+            console,
+            file,
+            console_format,
+            file_format,
+            file_cfg: FileConfig {
+                dir,
+                // SAFETY: getpid has no preconditions.
+                stem: format!("umd-{}", unsafe { libc::getpid() }),
+                max_bytes,
+                max_files,
+            },
+            dir_is_default,
+            queue,
+            overflow,
+            flush_interval: Duration::from_millis(flush_ms),
+            error_flush: Duration::from_millis(error_flush_ms),
+            retry: Duration::from_millis(retry_ms),
+            ring,
+            signals,
+            warnings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn bytes() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64k"), Some(65536));
+        assert_eq!(parse_bytes("128MiB"), Some(128 << 20));
+        assert_eq!(parse_bytes("1 G"), Some(1 << 30));
+        assert_eq!(parse_bytes("12x"), None);
+    }
+}

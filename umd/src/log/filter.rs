@@ -1,0 +1,130 @@
+//! Per-sink level filters in the `RUST_LOG` syntax (`warn,umd::mem=debug`).
+//!
+//! Parsing and matching are `tracing-subscriber`'s `filter::Targets` (the `RUST_LOG` subset
+//! without span and field filters, which this logger does not support: a directive with `[` is
+//! rejected). A directive `target=level` enables events whose target starts with `target` at
+//! `level` and worse; the most specific (longest) matching target wins; a bare `level` is the
+//! default for everything else; with no default, unmatched targets are off.
+
+use std::str::FromStr;
+use tracing::Level;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+
+/// One sink's filter.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    targets: Targets,
+    max: LevelFilter,
+}
+
+impl Filter {
+    /// Parses a filter; the error says what is wrong.
+    pub fn parse(spec: &str) -> Result<Filter, String> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Ok(Filter::from_targets(Targets::new()));
+        }
+        if spec.contains('[') || spec.contains('{') {
+            return Err(format!(
+                "log filter '{spec}': span and field filters ([...]) are not supported; use target=level pairs"
+            ));
+        }
+        let cleaned: Vec<&str> = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        Targets::from_str(&cleaned.join(","))
+            .map(Filter::from_targets)
+            .map_err(|e| {
+                format!("log filter '{spec}': {e} (expected e.g. 'warn,umd::mem=debug'; levels: off error warn info debug trace)")
+            })
+    }
+
+    /// A filter with only a default level.
+    pub fn level(l: LevelFilter) -> Filter {
+        Filter::from_targets(Targets::new().with_default(l))
+    }
+
+    fn from_targets(targets: Targets) -> Filter {
+        let max = targets
+            .iter()
+            .map(|(_, l)| l)
+            .chain(targets.default_level())
+            .max()
+            .unwrap_or(LevelFilter::OFF);
+        Filter { targets, max }
+    }
+
+    /// Sets the level of `module` (or the default when `module` is `None` or empty), replacing
+    /// any directive for exactly that module.
+    pub fn with_module(&self, module: Option<&str>, level: LevelFilter) -> Filter {
+        let t = self.targets.clone();
+        match module.map(str::trim).filter(|m| !m.is_empty()) {
+            None => Filter::from_targets(t.with_default(level)),
+            Some(m) => Filter::from_targets(t.with_target(m, level)),
+        }
+    }
+
+    /// True when an event of `level` from `target` passes.
+    #[inline]
+    pub fn enabled(&self, target: &str, level: &Level) -> bool {
+        self.max >= *level && self.targets.would_enable(target, level)
+    }
+
+    /// The most verbose level any directive enables.
+    pub fn max_level(&self) -> LevelFilter {
+        self.max
+    }
+}
+
+impl std::fmt::Display for Filter {
+    /// The canonical form, parseable by [`Filter::parse`] ("off" when nothing is enabled).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.targets.to_string();
+        if s.is_empty() {
+            f.write_str("off")
+        } else {
+            f.write_str(&s.to_ascii_lowercase())
+        }
+    }
+}
+
+/// `LevelFilter` from the C level number (`UMD_LOG_LEVEL_OFF` 0 .. `UMD_LOG_LEVEL_TRACE` 5).
+pub fn level_from_i32(v: i32) -> Option<LevelFilter> {
+    Some(match v {
+        0 => LevelFilter::OFF,
+        1 => LevelFilter::ERROR,
+        2 => LevelFilter::WARN,
+        3 => LevelFilter::INFO,
+        4 => LevelFilter::DEBUG,
+        5 => LevelFilter::TRACE,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_match_and_display() {
+        let f = Filter::parse("warn, umd::mem=debug").unwrap();
+        assert!(f.enabled("umd::mem", &Level::DEBUG));
+        assert!(f.enabled("umd::mem::va", &Level::DEBUG));
+        assert!(!f.enabled("umd::mem", &Level::TRACE));
+        assert!(!f.enabled("umd::device", &Level::INFO));
+        assert!(f.enabled("umd::device", &Level::WARN));
+        assert_eq!(f.max_level(), LevelFilter::DEBUG);
+        let g = Filter::parse(&f.to_string()).unwrap();
+        assert_eq!(g.to_string(), f.to_string());
+        let h = f.with_module(Some("umd::mem"), LevelFilter::ERROR);
+        assert!(!h.enabled("umd::mem", &Level::WARN));
+        assert_eq!(h.max_level(), LevelFilter::WARN);
+        let d = h.with_module(None, LevelFilter::TRACE);
+        assert!(d.enabled("x", &Level::TRACE));
+        assert!(Filter::parse("umd=loud").is_err());
+        assert!(Filter::parse("umd[{ctx}]=debug").is_err());
+        assert_eq!(Filter::parse("").unwrap().to_string(), "off");
+    }
+}

@@ -1,0 +1,630 @@
+//! libumd's log: the pipeline behind the `tracing` macros the whole driver uses
+//! (docs/logging.md is the user's reference; design §5, seed 000 §3 and §5.2).
+//!
+//! ```text
+//!  caller thread                                   writer thread ("umd-log")
+//!  tracing::warn!(ctx = id, code, "...")
+//!   ├─ callsite filter (cached interest; a disabled call is one atomic load)
+//!   ├─ WARN+: format into a stack buffer → emergency ring (no allocation, no queue)
+//!   └─ capture Record (metadata ptr, mono ns, tid, fields) ─ bounded crossbeam queue ─▶ format
+//!      ERROR: wait (bounded) until the writer has written it                     ├▶ console (stderr)
+//!                                                                                 └▶ rotating file
+//! ```
+//!
+//! What comes from where: `tracing` gives the macros, call-site metadata and the per-call-site
+//! interest cache that makes a disabled call nearly free; `tracing-subscriber` gives the
+//! `RUST_LOG`-syntax filter (`filter::Targets`). The subscriber itself, the queue and writer
+//! thread, size+date rotation and the emergency ring are written here, because
+//! `tracing-subscriber`'s `fmt` layer formats on the calling thread and `tracing-appender`
+//! (0.2.5) lacks what is required: its `non_blocking` writer takes already formatted bytes, is
+//! lossy by default, its `flush()` does nothing, worker I/O errors are discarded and queued
+//! lines are lost unless the `WorkerGuard` is dropped (never, for a static inside a cdylib);
+//! `RollingFileAppender` rotates by time only, in UTC, and panics when the directory cannot be
+//! created.
+
+pub mod config;
+pub mod filter;
+pub mod format;
+pub mod record;
+pub mod ring;
+pub mod rotate;
+mod signals;
+mod writer;
+
+use config::{Config, Overflow};
+use crossbeam_channel::{bounded, SendTimeoutError, TrySendError};
+use filter::Filter;
+use record::Record;
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tracing::span::{Attributes, Id, Record as SpanRecord};
+use tracing::subscriber::Interest;
+use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
+pub use writer::Filters;
+use writer::{Msg, Writer};
+
+pub use format::Format;
+
+/// Inline text bytes of a queued record (message and string values; longer ones spill to the
+/// heap).
+pub(crate) const INLINE: usize = 160;
+
+const UNINIT: u8 = 0;
+const INITING: u8 = 1;
+const READY: u8 = 2;
+const SHUTDOWN: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static PIPE: AtomicPtr<Pipeline> = AtomicPtr::new(std::ptr::null_mut());
+static SUBSCRIBER_SET: AtomicBool = AtomicBool::new(false);
+static HOOKS_SET: AtomicBool = AtomicBool::new(false);
+static FILTERS: RwLock<Option<Arc<Filters>>> = RwLock::new(None);
+static FILTER_GEN: AtomicU64 = AtomicU64::new(0);
+static FILE_PATH: Mutex<Option<PathBuf>> = Mutex::new(None);
+static SPAN_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Counters, readable through `umdLogGetStats`.
+#[derive(Default)]
+pub struct Stats {
+    /// Records dropped because the queue was full (or the pipeline was not running).
+    pub dropped: AtomicU64,
+    /// Records the file sink could not write.
+    pub failed_file: AtomicU64,
+    /// Records the console could not write.
+    pub failed_console: AtomicU64,
+    /// Records written to the file.
+    pub written_file: AtomicU64,
+    /// Records written to the console.
+    pub written_console: AtomicU64,
+    /// File rotations.
+    pub rotations: AtomicU64,
+    /// The file sink is writing.
+    pub file_ok: AtomicBool,
+    /// Explicit or ERROR flushes that timed out.
+    pub flush_timeouts: AtomicU64,
+}
+
+static STATS: Stats = Stats {
+    dropped: AtomicU64::new(0),
+    failed_file: AtomicU64::new(0),
+    failed_console: AtomicU64::new(0),
+    written_file: AtomicU64::new(0),
+    written_console: AtomicU64::new(0),
+    rotations: AtomicU64::new(0),
+    file_ok: AtomicBool::new(false),
+    flush_timeouts: AtomicU64::new(0),
+};
+
+/// The running pipeline. Leaked on purpose: never freed, so a pointer loaded by any thread
+/// stays valid, and a child after `fork` can simply forget the parent's.
+struct Pipeline {
+    tx: crossbeam_channel::Sender<Msg>,
+    writer: std::thread::Thread,
+    sleeping: Arc<AtomicBool>,
+    overflow: Overflow,
+    error_flush: Duration,
+    capacity: usize,
+}
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+#[inline]
+fn tid() -> u32 {
+    TID.try_with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = crate::error::detail::thread_id() as u32;
+        t.set(v);
+        v
+    })
+    .unwrap_or_else(|_| crate::error::detail::thread_id() as u32)
+}
+
+/// Makes sure the pipeline runs. The hot path (already running) is one atomic load; the first
+/// call reads the environment, starts the writer thread and installs the subscriber. Never
+/// fails: if something cannot be set up the driver runs with less logging.
+#[inline]
+pub fn ensure_init() {
+    if STATE.load(Ordering::Acquire) != READY {
+        init_slow();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn init_slow() {
+    match STATE.compare_exchange(UNINIT, INITING, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(INITING) => {
+            // Another thread is setting up; wait a bounded time.
+            let until = Instant::now() + Duration::from_secs(2);
+            while STATE.load(Ordering::Acquire) == INITING && Instant::now() < until {
+                std::thread::yield_now();
+            }
+            return;
+        }
+        Err(_) => return,
+    }
+    let cfg = Config::from_env();
+    let new_filters = start(&cfg);
+    STATE.store(READY, Ordering::Release);
+    if !SUBSCRIBER_SET.swap(true, Ordering::AcqRel) {
+        if tracing::dispatcher::set_global_default(tracing::Dispatch::new(UmdSubscriber)).is_err() {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"umd: another tracing subscriber is installed; libumd's log pipeline stays idle\n",
+            );
+        }
+    } else if new_filters {
+        tracing::callsite::rebuild_interest_cache();
+    }
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+}
+
+/// Starts the writer; true when the filters were (re)set from the environment (false after a
+/// `fork`, where the child keeps the parent's run-time filters).
+fn start(cfg: &Config) -> bool {
+    ring::init(cfg.ring);
+    ring::set_dir(&cfg.file_cfg.dir);
+    let keep = FILTERS
+        .try_read()
+        .ok()
+        .and_then(|g| g.as_ref().cloned())
+        .is_some();
+    if !keep {
+        if let Ok(mut g) = FILTERS.try_write() {
+            *g = Some(Arc::new(Filters {
+                console: cfg.console.clone(),
+                file: cfg.file.clone(),
+            }));
+        }
+        FILTER_GEN.fetch_add(1, Ordering::Release);
+    }
+    let (tx, rx) = bounded(cfg.queue);
+    let sleeping = Arc::new(AtomicBool::new(false));
+    let w = Writer::new(cfg, rx, sleeping.clone(), &STATS);
+    match std::thread::Builder::new()
+        .name("umd-log".into())
+        .spawn(move || w.run())
+    {
+        Ok(h) => {
+            let p = Box::new(Pipeline {
+                tx,
+                writer: h.thread().clone(),
+                sleeping,
+                overflow: cfg.overflow,
+                error_flush: cfg.error_flush,
+                capacity: cfg.queue,
+            });
+            PIPE.store(Box::into_raw(p), Ordering::Release);
+        }
+        Err(e) => {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("umd: cannot start the log writer thread ({e}); only the emergency ring records\n").as_bytes(),
+            );
+        }
+    }
+    if !HOOKS_SET.swap(true, Ordering::AcqRel) {
+        // SAFETY: registering plain extern "C" functions without arguments.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+        if cfg.signals {
+            signals::install();
+        }
+    }
+    !keep
+}
+
+/// In the child after `fork`: the writer thread does not exist there. Forget (leak) the
+/// parent's pipeline without touching its locks; the next log call starts a new one writing
+/// `umd-<child pid>.log`. Only atomics and thread-local cells are touched here.
+extern "C" fn after_fork_child() {
+    PIPE.store(std::ptr::null_mut(), Ordering::Release);
+    let _ = TID.try_with(|t| t.set(0));
+    let _ = BUSY.try_with(|b| b.set(false));
+    if STATE.load(Ordering::Acquire) != SHUTDOWN {
+        STATE.store(UNINIT, Ordering::Release);
+    }
+    STATS.file_ok.store(false, Ordering::Relaxed);
+}
+
+/// At exit and at library unload (`.fini_array` runs for both): flush, stop the writer thread
+/// and wait for it a bounded time. Records logged later only reach the emergency ring.
+extern "C" fn at_fini() {
+    shutdown(Duration::from_secs(1));
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = at_fini;
+
+/// Flushes and stops the writer (exit / unload). Idempotent.
+pub fn shutdown(timeout: Duration) {
+    if STATE.swap(SHUTDOWN, Ordering::AcqRel) != READY {
+        return;
+    }
+    let Some(p) = pipeline() else { return };
+    let (ack, done) = bounded(1);
+    if p.tx.send_timeout(Msg::Shutdown(ack), timeout).is_ok() {
+        p.writer.unpark();
+        let _ = done.recv_timeout(timeout);
+    }
+}
+
+fn pipeline() -> Option<&'static Pipeline> {
+    let p = PIPE.load(Ordering::Acquire);
+    // SAFETY: a published pipeline is never freed.
+    unsafe { p.as_ref() }
+}
+
+pub(crate) fn filters() -> Arc<Filters> {
+    FILTERS
+        .read()
+        .ok()
+        .and_then(|g| g.as_ref().cloned())
+        .unwrap_or_else(|| {
+            Arc::new(Filters {
+                console: Filter::level(LevelFilter::WARN),
+                file: Filter::level(LevelFilter::INFO),
+            })
+        })
+}
+
+pub(crate) fn filter_gen() -> u64 {
+    FILTER_GEN.load(Ordering::Acquire)
+}
+
+fn set_file_path(p: Option<PathBuf>) {
+    if let Ok(mut g) = FILE_PATH.lock() {
+        *g = p;
+    }
+}
+
+/// Which sinks (bit mask).
+pub(crate) const SINK_CONSOLE: u32 = 1;
+/// The file sink.
+pub(crate) const SINK_FILE: u32 = 2;
+
+fn update_filters(sinks: u32, f: impl Fn(&Filter) -> Filter) {
+    ensure_init();
+    let cur = filters();
+    let new = Filters {
+        console: if sinks & SINK_CONSOLE != 0 {
+            f(&cur.console)
+        } else {
+            cur.console.clone()
+        },
+        file: if sinks & SINK_FILE != 0 {
+            f(&cur.file)
+        } else {
+            cur.file.clone()
+        },
+    };
+    if let Ok(mut g) = FILTERS.write() {
+        *g = Some(Arc::new(new));
+    }
+    FILTER_GEN.fetch_add(1, Ordering::AcqRel);
+    tracing::callsite::rebuild_interest_cache();
+}
+
+/// Sets the level of `module` (None or "": the default level) on the given sinks.
+pub fn set_level(module: Option<&str>, level: LevelFilter, sinks: u32) {
+    update_filters(sinks, |f| f.with_module(module, level));
+}
+
+/// Replaces the whole filter of the given sinks (`RUST_LOG` syntax).
+pub fn set_filter(sinks: u32, spec: &str) -> Result<(), String> {
+    let parsed = Filter::parse(spec)?;
+    update_filters(sinks, |_| parsed.clone());
+    Ok(())
+}
+
+/// The current filter of one sink, in canonical form.
+pub fn get_filter(sink: u32) -> String {
+    let f = filters();
+    if sink == SINK_CONSOLE {
+        f.console.to_string()
+    } else {
+        f.file.to_string()
+    }
+}
+
+/// Changes the output format of the given sinks.
+pub fn set_format(sinks: u32, format: Format) {
+    ensure_init();
+    if let Some(p) = pipeline() {
+        let _ =
+            p.tx.send_timeout(Msg::SetFormat(sinks, format), Duration::from_millis(100));
+        p.writer.unpark();
+    }
+}
+
+/// Why a flush did not complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlushError {
+    /// The writer did not answer in time.
+    Timeout,
+    /// Written as far as possible, but the file sink is down (the message says why).
+    Io(String),
+}
+
+/// Writes everything logged before this call to the sinks (and `fdatasync`s the file when
+/// `sync`); returns when done or after `timeout`.
+pub fn flush(timeout: Duration, sync: bool) -> Result<(), FlushError> {
+    ensure_init();
+    let Some(p) = pipeline() else {
+        return Ok(());
+    };
+    if STATE.load(Ordering::Acquire) != READY {
+        return Ok(());
+    }
+    let until = Instant::now() + timeout;
+    let (ack, done) = bounded(1);
+    p.writer.unpark();
+    if p.tx
+        .send_timeout(Msg::Flush { ack, sync }, timeout)
+        .is_err()
+    {
+        STATS.flush_timeouts.fetch_add(1, Ordering::Relaxed);
+        return Err(FlushError::Timeout);
+    }
+    p.writer.unpark();
+    match done.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(FlushError::Io(e)),
+        Err(_) => {
+            STATS.flush_timeouts.fetch_add(1, Ordering::Relaxed);
+            Err(FlushError::Timeout)
+        }
+    }
+}
+
+/// Reconfigures the file sink (None: keep the current value); returns the active file path.
+pub fn set_file(
+    dir: Option<PathBuf>,
+    max_bytes: Option<u64>,
+    max_files: Option<u32>,
+    timeout: Duration,
+) -> Result<String, String> {
+    ensure_init();
+    let Some(p) = pipeline() else {
+        return Err("the log pipeline is not running".into());
+    };
+    let (ack, done) = bounded(1);
+    p.tx.send_timeout(
+        Msg::SetFile {
+            dir,
+            max_bytes,
+            max_files,
+            ack,
+        },
+        timeout,
+    )
+    .map_err(|_| "the log writer did not take the request in time".to_string())?;
+    p.writer.unpark();
+    done.recv_timeout(timeout)
+        .map_err(|_| "the log writer did not answer in time".to_string())?
+}
+
+/// The active log file, if the file sink has one open.
+pub fn file_path() -> Option<PathBuf> {
+    FILE_PATH.lock().ok().and_then(|g| g.clone())
+}
+
+/// Writes the emergency ring to `umd-blackbox-<pid>-<time>.log`; the path or why not.
+pub fn dump_blackbox(reason: &str) -> Result<String, String> {
+    ensure_init();
+    ring::dump(reason)
+}
+
+/// A snapshot of the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Dropped because the queue was full.
+    pub dropped: u64,
+    /// Not written to the file (sink down).
+    pub failed_file: u64,
+    /// Not written to the console.
+    pub failed_console: u64,
+    /// Written to the file.
+    pub written_file: u64,
+    /// Written to the console.
+    pub written_console: u64,
+    /// File rotations.
+    pub rotations: u64,
+    /// Flushes that timed out.
+    pub flush_timeouts: u64,
+    /// Records stored in the emergency ring since start.
+    pub ring_records: u64,
+    /// Black boxes written.
+    pub blackbox_dumps: u64,
+    /// Records waiting in the queue.
+    pub queued: u64,
+    /// Queue capacity.
+    pub queue_capacity: u64,
+    /// The file sink is writing.
+    pub file_ok: bool,
+}
+
+/// The counters now.
+pub fn stats() -> StatsSnapshot {
+    let p = pipeline();
+    StatsSnapshot {
+        dropped: STATS.dropped.load(Ordering::Relaxed),
+        failed_file: STATS.failed_file.load(Ordering::Relaxed),
+        failed_console: STATS.failed_console.load(Ordering::Relaxed),
+        written_file: STATS.written_file.load(Ordering::Relaxed),
+        written_console: STATS.written_console.load(Ordering::Relaxed),
+        rotations: STATS.rotations.load(Ordering::Relaxed),
+        flush_timeouts: STATS.flush_timeouts.load(Ordering::Relaxed),
+        ring_records: ring::records_written(),
+        blackbox_dumps: ring::dumps(),
+        queued: p.map(|p| p.tx.len() as u64).unwrap_or(0),
+        queue_capacity: p.map(|p| p.capacity as u64).unwrap_or(0),
+        file_ok: STATS.file_ok.load(Ordering::Relaxed),
+    }
+}
+
+/// The subscriber: decides per call site, captures, rings and enqueues.
+struct UmdSubscriber;
+
+impl UmdSubscriber {
+    fn wants(meta: &Metadata<'_>) -> bool {
+        if !meta.is_event() {
+            return false;
+        }
+        let l = meta.level();
+        if *l <= Level::WARN {
+            return true; // the emergency ring keeps every WARN-and-worse record
+        }
+        let f = filters();
+        f.console.enabled(meta.target(), l) || f.file.enabled(meta.target(), l)
+    }
+}
+
+struct Busy;
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = BUSY.try_with(|b| b.set(false));
+    }
+}
+
+impl Subscriber for UmdSubscriber {
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        if Self::wants(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, meta: &Metadata<'_>) -> bool {
+        Self::wants(meta)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        let f = filters();
+        Some(
+            LevelFilter::WARN
+                .max(f.console.max_level())
+                .max(f.file.max_level()),
+        )
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(SPAN_IDS.fetch_add(1, Ordering::Relaxed))
+    }
+    fn record(&self, _: &Id, _: &SpanRecord<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        // A log call made while formatting a log call (a Debug impl that logs) is dropped.
+        if !BUSY.try_with(|b| !b.replace(true)).unwrap_or(false) {
+            return;
+        }
+        let _busy = Busy;
+        on_event(event);
+    }
+}
+
+/// Formats a WARN-or-worse event into a stack buffer and stores it in the ring. No allocation.
+#[inline(never)]
+fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
+    let mut r: Record<{ ring::SLOT_BYTES }> = Record::new(event.metadata(), false);
+    r.mono_ns = mono_ns;
+    r.tid = tid;
+    event.record(&mut r);
+    let mut line = [0u8; ring::SLOT_BYTES];
+    let mut w = format::FixedLine::new(&mut line);
+    let _ = format::write_text(&mut w, &r, crate::error::detail::wall_ns());
+    let n = w.finish();
+    ring::push(&line[..n]);
+}
+
+#[inline]
+fn on_event(event: &Event<'_>) {
+    let meta = event.metadata();
+    let level = *meta.level();
+    let mono_ns = crate::error::detail::mono_ns();
+    let tid = tid();
+    if level <= Level::WARN {
+        ring_event(event, mono_ns, tid);
+    }
+    let mut r: Record<INLINE> = Record::new(meta, true);
+    r.mono_ns = mono_ns;
+    r.tid = tid;
+    event.record(&mut r);
+    if writer::on_writer_thread() {
+        writer::push_local(r);
+        return;
+    }
+    let p = match pipeline() {
+        Some(p) => p,
+        None => {
+            // After fork (child) or before the first ABI call: start (or restart) here.
+            ensure_init();
+            match pipeline() {
+                Some(p) if STATE.load(Ordering::Acquire) == READY => p,
+                _ => {
+                    STATS.dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    };
+    enqueue(p, r, level == Level::ERROR);
+    if level == Level::ERROR && !p.error_flush.is_zero() {
+        let _ = flush(p.error_flush, false);
+    }
+}
+
+#[inline]
+fn enqueue(p: &Pipeline, r: Record<INLINE>, error: bool) {
+    let m = match p.tx.try_send(Msg::Rec(r)) {
+        Ok(()) => {
+            // The writer parks when idle; wake it only then (no system call on a busy stream).
+            // A wake-up lost to a race costs at most one flush interval of delay.
+            if p.sleeping.load(Ordering::Relaxed) && p.sleeping.swap(false, Ordering::AcqRel) {
+                p.writer.unpark();
+            }
+            return;
+        }
+        Err(TrySendError::Disconnected(_)) => {
+            STATS.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(TrySendError::Full(m)) => m,
+    };
+    p.writer.unpark();
+    let wait = match p.overflow {
+        Overflow::Block(t) => t,
+        // ERROR records are never dropped without trying: they wait like in blocking mode.
+        Overflow::Drop if error => p.error_flush,
+        Overflow::Drop => Duration::ZERO,
+    };
+    if wait.is_zero() {
+        STATS.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    match p.tx.send_timeout(m, wait) {
+        Ok(()) => {}
+        Err(SendTimeoutError::Timeout(_)) | Err(SendTimeoutError::Disconnected(_)) => {
+            STATS.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

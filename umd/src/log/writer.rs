@@ -1,0 +1,574 @@
+//! The writer thread: the only place that formats, writes and flushes.
+//!
+//! It drains the queue in batches, formats each record once per format in use, appends to the
+//! console buffer and to the rotating file, writes the console after every batch, and writes
+//! the file when its buffer is full, on the flush interval, at once for an ERROR, and on an
+//! explicit flush (which also `fdatasync`s and is acknowledged). Nothing here ever reaches the
+//! calling thread as an error: a failing sink is counted, reported once through the log
+//! itself, and retried (file) on `retry`.
+//!
+//! The thread does not block on the queue: it polls with a 1 ms park while records arrive and
+//! after a short idle spell sets `sleeping` and parks until the next flush is due; a producer
+//! that sees `sleeping` unparks it. So a steady stream of records costs producers no system
+//! call (a blocking receive would make every send wake a futex).
+
+use super::config::Config;
+use super::filter::Filter;
+use super::format::{write_record, Format};
+use super::record::Record;
+use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
+use super::{Stats, INLINE};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the queue carries. Records travel inline (boxing them would cost every log call an
+/// allocation); the control messages are rare.
+#[allow(clippy::large_enum_variant)]
+pub enum Msg {
+    /// A record.
+    Rec(Record<INLINE>),
+    /// Write everything queued before this (and `fdatasync` when `sync`), then acknowledge
+    /// with the file sink's state.
+    Flush {
+        /// Acknowledgement.
+        ack: Sender<Result<(), String>>,
+        /// Also `fdatasync` the file.
+        sync: bool,
+    },
+    /// Change the file sink (None: keep). Acknowledged with the open result.
+    SetFile {
+        /// New directory.
+        dir: Option<std::path::PathBuf>,
+        /// New size limit.
+        max_bytes: Option<u64>,
+        /// New file count.
+        max_files: Option<u32>,
+        /// Acknowledgement with the active file path or why it cannot be opened.
+        ack: Sender<Result<String, String>>,
+    },
+    /// Change the format of the sinks (bit 0 console, bit 1 file).
+    SetFormat(u32, Format),
+    /// Flush, stop and acknowledge.
+    Shutdown(Sender<()>),
+}
+
+/// Sink filters, swapped as a whole on change.
+#[derive(Clone, Debug)]
+pub struct Filters {
+    /// Console filter.
+    pub console: Filter,
+    /// File filter.
+    pub file: Filter,
+}
+
+thread_local! {
+    static IN_WRITER: Cell<bool> = const { Cell::new(false) };
+    static LOCAL: RefCell<Vec<Record<INLINE>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// True on the writer thread (its own events are handled in place, never queued).
+pub fn on_writer_thread() -> bool {
+    IN_WRITER.try_with(|c| c.get()).unwrap_or(false)
+}
+
+/// Keeps a record the writer thread logged about itself, for the writer to write next.
+pub fn push_local(r: Record<INLINE>) {
+    let _ = LOCAL.try_with(|l| {
+        if let Ok(mut v) = l.try_borrow_mut() {
+            if v.len() < 64 {
+                v.push(r);
+            }
+        }
+    });
+}
+
+enum FileState {
+    Ok,
+    /// Writing failed; retry at `retry_at`. `lost` records since it failed.
+    Down {
+        retry_at: Instant,
+        lost: u64,
+    },
+}
+
+pub(super) struct Writer {
+    rx: Receiver<Msg>,
+    sleeping: Arc<AtomicBool>,
+    stats: &'static Stats,
+    console_fmt: Format,
+    file_fmt: Format,
+    file: RotatingFile,
+    file_state: FileState,
+    dir_is_default: bool,
+    filters: Arc<Filters>,
+    filter_gen: u64,
+    text: String,
+    other: String,
+    console: Vec<u8>,
+    console_failed: bool,
+    offset_ns: i128,
+    flush_interval: Duration,
+    retry: Duration,
+    next_flush: Instant,
+    drops_reported: u64,
+    shutdown_ack: Option<Sender<()>>,
+}
+
+fn now_wall() -> u64 {
+    crate::error::detail::wall_ns()
+}
+
+impl Writer {
+    pub(super) fn new(
+        cfg: &Config,
+        rx: Receiver<Msg>,
+        sleeping: Arc<AtomicBool>,
+        stats: &'static Stats,
+    ) -> Writer {
+        Writer {
+            rx,
+            sleeping,
+            stats,
+            console_fmt: cfg.console_format,
+            file_fmt: cfg.file_format,
+            file: RotatingFile::new(cfg.file_cfg.clone(), Arc::new(SystemClock)),
+            file_state: FileState::Ok,
+            dir_is_default: cfg.dir_is_default,
+            filters: super::filters(),
+            filter_gen: super::filter_gen(),
+            text: String::with_capacity(1024),
+            other: String::with_capacity(1024),
+            console: Vec::with_capacity(16 * 1024),
+            console_failed: false,
+            offset_ns: 0,
+            flush_interval: cfg.flush_interval,
+            retry: cfg.retry,
+            next_flush: Instant::now() + cfg.flush_interval,
+            drops_reported: 0,
+            shutdown_ack: None,
+        }
+    }
+
+    /// The thread body.
+    pub(super) fn run(mut self) {
+        let _ = IN_WRITER.try_with(|c| c.set(true));
+        self.refresh_offset();
+        self.open_file();
+        let mut idle = 0u32;
+        loop {
+            self.refresh_offset();
+            let mut n = 0;
+            let mut stop = false;
+            while n < 4096 {
+                match self.rx.try_recv() {
+                    Ok(m) => {
+                        n += 1;
+                        if !self.handle(m) {
+                            stop = true;
+                            break;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        stop = true;
+                        break;
+                    }
+                }
+            }
+            self.write_local();
+            self.write_console();
+            let now = Instant::now();
+            if stop {
+                self.report_drops();
+                self.write_local();
+                self.flush_file(true);
+                self.write_console();
+                if let Some(a) = self.shutdown_ack.take() {
+                    let _ = a.send(());
+                }
+                return;
+            }
+            if now >= self.next_flush {
+                self.periodic(now);
+                self.next_flush = now + self.flush_interval;
+            }
+            if n > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < 64 {
+                std::thread::park_timeout(Duration::from_millis(1));
+            } else {
+                self.sleeping.store(true, Ordering::SeqCst);
+                if self.rx.is_empty() {
+                    let wait = self.next_flush.saturating_duration_since(Instant::now());
+                    std::thread::park_timeout(wait.max(Duration::from_millis(1)));
+                }
+                self.sleeping.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn refresh_offset(&mut self) {
+        let wall = now_wall() as i128;
+        let mono = crate::error::detail::mono_ns() as i128;
+        self.offset_ns = wall - mono;
+    }
+
+    /// Returns false to stop.
+    fn handle(&mut self, m: Msg) -> bool {
+        match m {
+            Msg::Rec(r) => {
+                let error = *r.meta.level() == tracing::Level::ERROR;
+                self.write_record(&r);
+                if error {
+                    self.flush_file(false);
+                }
+            }
+            Msg::Flush { ack, sync } => {
+                self.write_local();
+                self.write_console();
+                self.flush_file(sync);
+                let res = match &self.file_state {
+                    FileState::Ok if self.file.is_open() => Ok(()),
+                    FileState::Ok => Err("the log file is not open".to_string()),
+                    FileState::Down { lost, .. } => Err(format!(
+                        "the log file sink is down ({lost} records lost so far); console only"
+                    )),
+                };
+                let _ = ack.send(res);
+            }
+            Msg::SetFile {
+                dir,
+                max_bytes,
+                max_files,
+                ack,
+            } => {
+                self.flush_file(false);
+                let old = self.file.config().clone();
+                let cfg = FileConfig {
+                    dir: dir.clone().unwrap_or(old.dir.clone()),
+                    stem: old.stem.clone(),
+                    max_bytes: max_bytes.unwrap_or(old.max_bytes),
+                    max_files: max_files.unwrap_or(old.max_files),
+                };
+                if dir.is_some() {
+                    self.dir_is_default = false;
+                }
+                self.file.close();
+                self.file = RotatingFile::new(cfg, Arc::new(SystemClock));
+                self.file_state = FileState::Ok;
+                let res = match self.file.open(now_wall()) {
+                    Ok(()) => {
+                        super::ring::set_dir(&self.file.config().dir);
+                        super::set_file_path(Some(self.file.path_of(0)));
+                        Ok(self.file.path_of(0).display().to_string())
+                    }
+                    Err(e) => {
+                        let msg = format!(
+                            "cannot open log file {}: {e}",
+                            self.file.path_of(0).display()
+                        );
+                        self.file_down(&msg, 0);
+                        Err(msg)
+                    }
+                };
+                let _ = ack.send(res);
+            }
+            Msg::SetFormat(sinks, f) => {
+                if sinks & 1 != 0 {
+                    self.console_fmt = f;
+                }
+                if sinks & 2 != 0 {
+                    self.file_fmt = f;
+                }
+            }
+            Msg::Shutdown(ack) => {
+                self.shutdown_ack = Some(ack);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn write_record(&mut self, r: &Record<INLINE>) {
+        let g = super::filter_gen();
+        if g != self.filter_gen {
+            self.filters = super::filters();
+            self.filter_gen = g;
+        }
+        let (m, target) = (r.meta.level(), r.meta.target());
+        let to_console = self.filters.console.enabled(target, m);
+        let to_file = self.filters.file.enabled(target, m);
+        if !to_console && !to_file {
+            return;
+        }
+        let wall = if r.wall_ns != 0 {
+            r.wall_ns
+        } else {
+            (r.mono_ns as i128 + self.offset_ns).max(0) as u64
+        };
+        self.text.clear();
+        self.other.clear();
+        let first = if to_file {
+            self.file_fmt
+        } else {
+            self.console_fmt
+        };
+        let _ = write_record(&mut self.text, first, r, wall);
+        if to_console {
+            if self.console_fmt == first {
+                self.console.extend_from_slice(self.text.as_bytes());
+            } else {
+                let _ = write_record(&mut self.other, self.console_fmt, r, wall);
+                self.console.extend_from_slice(self.other.as_bytes());
+            }
+            if self.console.len() > 64 * 1024 {
+                self.write_console();
+            }
+        }
+        if to_file {
+            self.file_append(wall);
+        }
+    }
+
+    /// Appends `self.text` to the file sink.
+    fn file_append(&mut self, wall: u64) {
+        match self.file_state {
+            FileState::Down { ref mut lost, .. } => {
+                *lost += 1;
+                self.stats.failed_file.fetch_add(1, Ordering::Relaxed);
+            }
+            FileState::Ok if !self.file.is_open() => {
+                self.stats.failed_file.fetch_add(1, Ordering::Relaxed);
+            }
+            FileState::Ok => {
+                let before = self.file.rotations;
+                let buffered = self.file.buffered_records();
+                match self.file.append(self.text.as_bytes(), wall) {
+                    Ok(()) => {
+                        // Records that left the buffer were written.
+                        let now_buf = self.file.buffered_records();
+                        let written = (buffered + 1).saturating_sub(now_buf);
+                        self.stats
+                            .written_file
+                            .fetch_add(written, Ordering::Relaxed);
+                        if self.file.rotations != before {
+                            self.stats.rotations.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        let lost = self.file.take_failed() + 1;
+                        let msg = format!(
+                            "writing log file {} failed: {e}",
+                            self.file.path_of(0).display()
+                        );
+                        self.file_down(&msg, lost);
+                    }
+                }
+            }
+        }
+    }
+
+    fn file_down(&mut self, why: &str, lost: u64) {
+        self.stats.failed_file.fetch_add(lost, Ordering::Relaxed);
+        self.stats.file_ok.store(false, Ordering::Relaxed);
+        self.file.close();
+        self.file_state = FileState::Down {
+            retry_at: Instant::now() + self.retry,
+            lost,
+        };
+        tracing::warn!(
+            lost,
+            retry_ms = self.retry.as_millis() as u64,
+            "log file sink down: {why}; logging to the console only, retrying later"
+        );
+    }
+
+    fn open_file(&mut self) {
+        let now = now_wall();
+        match self.file.open(now) {
+            Ok(()) => {}
+            Err(e) if self.dir_is_default => {
+                let first = self.file.path_of(0);
+                let mut cfg = self.file.config().clone();
+                cfg.dir = fallback_dir();
+                self.file = RotatingFile::new(cfg, Arc::new(SystemClock));
+                if let Err(e2) = self.file.open(now) {
+                    let msg = format!(
+                        "cannot open {} ({e}) nor {} ({e2})",
+                        first.display(),
+                        self.file.path_of(0).display()
+                    );
+                    self.file_down(&msg, 0);
+                    return;
+                }
+                tracing::warn!(
+                    "cannot open log file {} ({e}); using {}",
+                    first.display(),
+                    self.file.path_of(0).display()
+                );
+            }
+            Err(e) => {
+                let msg = format!("cannot open {}: {e}", self.file.path_of(0).display());
+                self.file_down(&msg, 0);
+                return;
+            }
+        }
+        self.stats.file_ok.store(true, Ordering::Relaxed);
+        super::ring::set_dir(&self.file.config().dir);
+        super::set_file_path(Some(self.file.path_of(0)));
+    }
+
+    /// Writes the file buffer out; `sync` also fdatasyncs.
+    fn flush_file(&mut self, sync: bool) {
+        if !matches!(self.file_state, FileState::Ok) || !self.file.is_open() {
+            return;
+        }
+        let n = self.file.buffered_records();
+        match self.file.flush() {
+            Ok(()) => {
+                self.stats.written_file.fetch_add(n, Ordering::Relaxed);
+                if sync {
+                    let _ = self.file.sync();
+                }
+            }
+            Err(e) => {
+                let lost = self.file.take_failed();
+                let msg = format!(
+                    "writing log file {} failed: {e}",
+                    self.file.path_of(0).display()
+                );
+                self.file_down(&msg, lost);
+            }
+        }
+    }
+
+    fn write_console(&mut self) {
+        if self.console.is_empty() {
+            return;
+        }
+        let mut b = &self.console[..];
+        let mut ok = true;
+        while !b.is_empty() {
+            // SAFETY: valid buffer; fd 2 is stderr (a closed fd just fails).
+            let r = unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+            if r < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                ok = false;
+                break;
+            }
+            if r == 0 {
+                ok = false;
+                break;
+            }
+            b = &b[r as usize..];
+        }
+        let lines = self.console.iter().filter(|&&c| c == b'\n').count() as u64;
+        if ok {
+            self.stats
+                .written_console
+                .fetch_add(lines, Ordering::Relaxed);
+        } else {
+            self.stats
+                .failed_console
+                .fetch_add(lines, Ordering::Relaxed);
+            if !self.console_failed {
+                self.console_failed = true;
+                tracing::warn!(
+                    "writing the console (stderr) failed: {}; console records are dropped and counted",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        self.console.clear();
+    }
+
+    /// Writes what the writer thread logged about itself (notices), to the sinks and the ring.
+    fn write_local(&mut self) {
+        loop {
+            let batch: Vec<Record<INLINE>> = LOCAL
+                .try_with(|l| l.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            if batch.is_empty() {
+                return;
+            }
+            for r in &batch {
+                self.write_record(r);
+            }
+        }
+    }
+
+    fn report_drops(&mut self) {
+        let d = self.stats.dropped.load(Ordering::Relaxed);
+        if d > self.drops_reported {
+            let first = self.drops_reported == 0;
+            self.drops_reported = d;
+            tracing::warn!(
+                dropped = d,
+                "log queue full: {} records dropped in total{}",
+                d,
+                if first {
+                    " (UMD_LOG_OVERFLOW, UMD_LOG_QUEUE; counters: umdLogGetStats)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+
+    fn periodic(&mut self, now: Instant) {
+        self.report_drops();
+        self.write_local();
+        self.flush_file(false);
+        match self.file_state {
+            FileState::Down { retry_at, lost } if now >= retry_at => {
+                match self.file.open(now_wall()) {
+                    Ok(()) => {
+                        self.file_state = FileState::Ok;
+                        self.stats.file_ok.store(true, Ordering::Relaxed);
+                        tracing::warn!(
+                            lost,
+                            "log file sink back: {} ({lost} records were lost while it was down)",
+                            self.file.path_of(0).display()
+                        );
+                    }
+                    Err(_) => {
+                        self.file_state = FileState::Down {
+                            retry_at: now + self.retry,
+                            lost,
+                        };
+                    }
+                }
+            }
+            FileState::Ok if self.file.is_open() && self.file.replaced() => {
+                let path = self.file.path_of(0);
+                match self.file.reopen(now_wall()) {
+                    Ok(()) => tracing::warn!(
+                        "log file {} was deleted or replaced; reopened it",
+                        path.display()
+                    ),
+                    Err(e) => {
+                        let msg = format!(
+                            "log file {} was deleted and cannot be recreated: {e}",
+                            path.display()
+                        );
+                        self.file_down(&msg, 0);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.write_local();
+        self.flush_file(false);
+        self.write_console();
+    }
+}
