@@ -85,26 +85,24 @@ impl Config {
     /// The configuration from `UMD_LOG*` variables (see docs/logging.md for the list).
     pub fn from_env() -> Config {
         let mut warnings = Vec::new();
-        let mut filter = |name: &str, fallback: &Filter| -> Filter {
-            match var(name) {
-                None => fallback.clone(),
-                Some(v) => match Filter::parse(&v) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        warnings.push(format!("{name} ignored: {e}"));
-                        fallback.clone()
-                    }
-                },
+        // A filter variable: None when unset or invalid (then with a warning).
+        let mut filter = |name: &str| -> Option<Filter> {
+            let v = var(name)?;
+            match Filter::parse(&v) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    warnings.push(format!("{name} ignored: {e}"));
+                    None
+                }
             }
         };
-        let both_console = filter("UMD_LOG", &Filter::level(LevelFilter::WARN));
-        let both_file = if var("UMD_LOG").is_some() {
-            both_console.clone()
-        } else {
-            Filter::level(LevelFilter::INFO)
-        };
-        let console = filter("UMD_LOG_CONSOLE", &both_console);
-        let file = filter("UMD_LOG_FILE", &both_file);
+        let both = filter("UMD_LOG");
+        let console = filter("UMD_LOG_CONSOLE")
+            .or_else(|| both.clone())
+            .unwrap_or_else(|| Filter::level(LevelFilter::WARN));
+        let file = filter("UMD_LOG_FILE")
+            .or(both)
+            .unwrap_or_else(|| Filter::level(LevelFilter::INFO));
 
         let mut num = |name: &str, default: u64, min: u64, max: u64| -> u64 {
             match var(name) {

@@ -79,14 +79,41 @@ impl Filter {
 }
 
 impl std::fmt::Display for Filter {
-    /// The canonical form, parseable by [`Filter::parse`] ("off" when nothing is enabled).
+    /// The canonical form, parseable by [`Filter::parse`]: `target=level` pairs sorted by
+    /// target, then the default level ("off" when there are no directives).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.targets.to_string();
-        if s.is_empty() {
-            f.write_str("off")
-        } else {
-            f.write_str(&s.to_ascii_lowercase())
+        let mut v: Vec<(&str, LevelFilter)> = self.targets.iter().collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        let mut first = true;
+        for (t, l) in v {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            write!(f, "{t}={}", level_str(l))?;
         }
+        if let Some(l) = self.targets.default_level() {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            f.write_str(level_str(l))?;
+        }
+        if first {
+            f.write_str("off")?;
+        }
+        Ok(())
+    }
+}
+
+fn level_str(l: LevelFilter) -> &'static str {
+    match l {
+        LevelFilter::OFF => "off",
+        LevelFilter::ERROR => "error",
+        LevelFilter::WARN => "warn",
+        LevelFilter::INFO => "info",
+        LevelFilter::DEBUG => "debug",
+        _ => "trace",
     }
 }
 

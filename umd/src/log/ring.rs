@@ -19,7 +19,7 @@
 use super::format::FixedLine;
 use std::cell::UnsafeCell;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes per slot (a longer line is cut and ends with `…`).
 pub(crate) const SLOT_BYTES: usize = 1024;
@@ -220,42 +220,95 @@ fn make_path(out: &mut [u8], dir: &[u8], pid: i32, sec: u64, nsec: u64) -> Optio
     Some(n + k - 1)
 }
 
-fn open_in(dir: &[u8], path: &mut [u8], pid: i32, sec: u64, nsec: u64) -> Option<(i32, usize)> {
-    // mkdir of the directory itself (its parent is expected to exist), NUL-terminated copy.
-    let mut d = [0u8; DIR_BYTES];
+/// Buffers of a dump, static so the fatal-signal handler stays within the small alternate
+/// signal stack (the Rust runtime gives each thread about 8 KiB). One dump at a time.
+struct Scratch {
+    dir: [u8; DIR_BYTES],
+    path: [u8; DIR_BYTES + 128],
+    fallback: [u8; 64],
+    text: [u8; 1024],
+    line: [u8; SLOT_BYTES],
+}
+
+struct ScratchCell(UnsafeCell<Scratch>);
+// SAFETY: used only by the holder of SCRATCH_BUSY.
+unsafe impl Sync for ScratchCell {}
+
+static SCRATCH: ScratchCell = ScratchCell(UnsafeCell::new(Scratch {
+    dir: [0; DIR_BYTES],
+    path: [0; DIR_BYTES + 128],
+    fallback: [0; 64],
+    text: [0; 1024],
+    line: [0; SLOT_BYTES],
+}));
+static SCRATCH_BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Opens `<dir>/umd-blackbox-<pid>-<time>.log` (creating `dir` itself if missing) and returns
+/// the fd and the path length in `sc.path`.
+fn open_in(sc: &mut Scratch, which: u8, pid: i32, sec: u64, nsec: u64) -> Option<(i32, usize)> {
+    let dir: &[u8] = if which == 0 {
+        dir_bytes()
+    } else {
+        let n = sc.fallback.iter().position(|&b| b == 0).unwrap_or(0);
+        &sc.fallback[..n]
+    };
     if dir.is_empty() || dir.len() >= DIR_BYTES {
         return None;
     }
-    d[..dir.len()].copy_from_slice(dir);
+    let n = dir.len();
+    sc.dir[..n].copy_from_slice(dir);
+    sc.dir[n] = 0;
     // SAFETY: NUL-terminated path; mkdir is async-signal-safe. EEXIST is fine.
-    unsafe { libc::mkdir(d.as_ptr().cast(), 0o750) };
-    let n = make_path(path, dir, pid, sec, nsec)?;
-    // SAFETY: `path` is NUL-terminated at n; open is async-signal-safe.
+    unsafe { libc::mkdir(sc.dir.as_ptr().cast(), 0o750) };
+    let plen = make_path(&mut sc.path, &sc.dir[..n], pid, sec, nsec)?;
+    // SAFETY: `path` is NUL-terminated at plen; open is async-signal-safe.
     let fd = unsafe {
         libc::open(
-            path.as_ptr().cast(),
+            sc.path.as_ptr().cast(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
             0o640,
         )
     };
-    (fd >= 0).then_some((fd, n))
+    (fd >= 0).then_some((fd, plen))
 }
 
-/// Writes the ring to a new black-box file. Async-signal-safe. `path` receives the
-/// NUL-terminated file name; returns its length, or the errno of the failed open.
-pub fn dump_raw(reason: &str, path: &mut [u8; DIR_BYTES + 128]) -> Result<usize, i32> {
-    // SAFETY: getpid is async-signal-safe.
-    let pid = unsafe { libc::getpid() };
+/// Writes the ring to a new black-box file. Async-signal-safe, bounded, never allocates.
+/// `on_path` gets the file's path; returns the errno of what failed.
+fn dump_raw(reason: &str, on_path: &mut dyn FnMut(&[u8])) -> Result<(), i32> {
+    // One dump at a time; a second one waits a little (never in a signal handler, which
+    // gives up at once rather than deadlock on a dump it interrupted).
+    let mut spins = 0u32;
+    while SCRATCH_BUSY
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins > 2000 || IN_SIGNAL.load(Ordering::Relaxed) {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    // SAFETY: we hold SCRATCH_BUSY.
+    let sc = unsafe { &mut *SCRATCH.0.get() };
+    let r = dump_locked(sc, reason, on_path);
+    SCRATCH_BUSY.store(false, Ordering::Release);
+    r
+}
+
+static IN_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+fn dump_locked(sc: &mut Scratch, reason: &str, on_path: &mut dyn FnMut(&[u8])) -> Result<(), i32> {
+    // SAFETY: getpid and getuid are async-signal-safe.
+    let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
     let (sec, nsec) = realtime();
-    let mut fallback = [0u8; 64];
-    let fb = {
-        let mut w = FixedLine::new(&mut fallback);
-        // SAFETY: getuid is async-signal-safe.
-        let _ = write!(w, "/tmp/aigpu-{}", unsafe { libc::getuid() });
-        w.finish()
-    };
-    let opened = open_in(dir_bytes(), &mut path[..], pid, sec, nsec)
-        .or_else(|| open_in(&fallback[..fb], &mut path[..], pid, sec, nsec));
+    {
+        let mut w = FixedLine::new(&mut sc.fallback[..63]);
+        let _ = write!(w, "/tmp/aigpu-{uid}");
+        let n = w.finish();
+        sc.fallback[n] = 0;
+    }
+    let opened = open_in(sc, 0, pid, sec, nsec).or_else(|| open_in(sc, 1, pid, sec, nsec));
     let Some((fd, plen)) = opened else {
         // SAFETY: reading errno.
         return Err(unsafe { *libc::__errno_location() });
@@ -263,18 +316,18 @@ pub fn dump_raw(reason: &str, path: &mut [u8; DIR_BYTES + 128]) -> Result<usize,
     let s = slots();
     let head = HEAD.load(Ordering::Acquire);
     let first = head.saturating_sub(s.len() as u64);
-    let mut hdr = [0u8; 512];
-    let mut w = FixedLine::new(&mut hdr);
-    let _ = writeln!(
-        w,
-        "# aigpu libumd black box: pid={pid} reason=\"{reason}\" written={sec}.{:06} records={} ring={} (the last WARN-and-worse records, oldest first; text format, docs/logging.md)",
-        nsec / 1000,
-        head - first,
-        s.len()
-    );
-    let hn = w.finish();
-    let mut ok = write_fd(fd, &hdr[..hn]);
-    let mut line = [0u8; SLOT_BYTES];
+    let hn = {
+        let mut w = FixedLine::new(&mut sc.text);
+        let _ = writeln!(
+            w,
+            "# aigpu libumd black box: pid={pid} reason=\"{reason}\" written={sec}.{:06} records={} ring={} (the last WARN-and-worse records, oldest first; text format, docs/logging.md)",
+            nsec / 1000,
+            head - first,
+            s.len()
+        );
+        w.finish()
+    };
+    let mut ok = write_fd(fd, &sc.text[..hn]);
     for i in first..head {
         let slot = &s[(i % s.len() as u64) as usize];
         let s1 = slot.seq.load(Ordering::Acquire);
@@ -286,7 +339,7 @@ pub fn dump_raw(reason: &str, path: &mut [u8; DIR_BYTES + 128]) -> Result<usize,
         // (`read_volatile` keeps the copy between the two loads).
         unsafe {
             let src = (*slot.data.get()).as_ptr();
-            for (k, b) in line[..n].iter_mut().enumerate() {
+            for (k, b) in sc.line[..n].iter_mut().enumerate() {
                 *b = std::ptr::read_volatile(src.add(k));
             }
         }
@@ -294,22 +347,25 @@ pub fn dump_raw(reason: &str, path: &mut [u8; DIR_BYTES + 128]) -> Result<usize,
         if slot.seq.load(Ordering::Relaxed) != s1 {
             continue;
         }
-        ok &= write_fd(fd, &line[..n]);
+        ok &= write_fd(fd, &sc.line[..n]);
     }
     // SAFETY: fd is ours.
     unsafe { libc::close(fd) };
     DUMPS.fetch_add(1, Ordering::Relaxed);
+    on_path(&sc.path[..plen]);
     if !ok {
         return Err(libc::EIO);
     }
-    Ok(plen)
+    Ok(())
 }
 
 /// Writes a black box (not from a signal handler): the file's path, or why it failed.
 pub fn dump(reason: &str) -> Result<String, String> {
-    let mut p = [0u8; DIR_BYTES + 128];
-    match dump_raw(reason, &mut p) {
-        Ok(n) => Ok(String::from_utf8_lossy(&p[..n]).into_owned()),
+    let mut path = String::new();
+    match dump_raw(reason, &mut |p| {
+        path = String::from_utf8_lossy(p).into_owned()
+    }) {
+        Ok(()) => Ok(path),
         Err(e) => Err(format!(
             "black box not written: {}",
             std::io::Error::from_raw_os_error(e)
@@ -317,28 +373,26 @@ pub fn dump(reason: &str) -> Result<String, String> {
     }
 }
 
-/// Writes a black box from the fatal-signal handler and says so on stderr. Async-signal-safe.
+/// Writes a black box from the fatal-signal handler and says so on stderr. Async-signal-safe;
+/// its stack use is small (the buffers are static).
 pub fn dump_from_signal(sig: i32) {
+    IN_SIGNAL.store(true, Ordering::Relaxed);
     let name = match sig {
         libc::SIGSEGV => "fatal signal SIGSEGV",
         libc::SIGBUS => "fatal signal SIGBUS",
         libc::SIGABRT => "fatal signal SIGABRT",
-        libc::SIGILL => "fatal signal SIGILL",
-        libc::SIGFPE => "fatal signal SIGFPE",
         _ => "fatal signal",
     };
-    let mut p = [0u8; DIR_BYTES + 128];
-    let mut msg = [0u8; DIR_BYTES + 256];
-    let mut w = FixedLine::new(&mut msg);
-    match dump_raw(name, &mut p) {
-        Ok(n) => {
-            let path = std::str::from_utf8(&p[..n]).unwrap_or("?");
-            let _ = writeln!(w, "umd: {name}: black box written to {path}");
-        }
-        Err(e) => {
-            let _ = writeln!(w, "umd: {name}: black box not written (errno {e})");
-        }
+    let r = dump_raw(name, &mut |p| {
+        write_fd(2, b"umd: ");
+        write_fd(2, name.as_bytes());
+        write_fd(2, b": black box written to ");
+        write_fd(2, p);
+        write_fd(2, b"\n");
+    });
+    if r.is_err() {
+        write_fd(2, b"umd: ");
+        write_fd(2, name.as_bytes());
+        write_fd(2, b": black box not written\n");
     }
-    let n = w.finish();
-    write_fd(2, &msg[..n]);
 }

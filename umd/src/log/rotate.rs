@@ -176,8 +176,12 @@ impl RotatingFile {
         let too_big = pending > 0 && pending + line.len() as u64 > self.cfg.max_bytes;
         let new_day = pending > 0 && wall_ns >= self.day_end_ns;
         if too_big || new_day {
-            self.flush()?;
-            self.rotate(wall_ns)?;
+            // On failure the record joins the buffer so the caller counts it with the others.
+            if let Err(e) = self.flush().and_then(|()| self.rotate(wall_ns)) {
+                self.buf.extend_from_slice(line);
+                self.buf_records += 1;
+                return Err(e);
+            }
         } else if wall_ns >= self.day_end_ns {
             self.set_day(wall_ns);
         }
@@ -197,7 +201,8 @@ impl RotatingFile {
         n
     }
 
-    /// Writes the buffer to the file (`write(2)`, not `fsync`).
+    /// Writes the buffer to the file (`write(2)`, not `fsync`). On failure the whole records
+    /// that did get out leave the buffer; the rest stay (see [`RotatingFile::take_failed`]).
     pub fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
@@ -206,11 +211,12 @@ impl RotatingFile {
             return Err(io::Error::other("log file is not open"));
         };
         let mut done = 0;
+        let mut err = None;
         while done < self.buf.len() {
             match f.write(&self.buf[done..]) {
                 Ok(0) => {
-                    self.partial |= done > 0;
-                    return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+                    err = Some(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+                    break;
                 }
                 Ok(n) => {
                     done += n;
@@ -218,14 +224,25 @@ impl RotatingFile {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.partial |= done > 0;
-                    return Err(e);
+                    err = Some(e);
+                    break;
                 }
             }
         }
-        self.buf.clear();
-        self.buf_records = 0;
-        Ok(())
+        match err {
+            None => {
+                self.buf.clear();
+                self.buf_records = 0;
+                Ok(())
+            }
+            Some(e) => {
+                let whole = self.buf[..done].iter().filter(|&&b| b == b'\n').count() as u64;
+                self.partial |= done > 0 && self.buf[done - 1] != b'\n';
+                self.buf.drain(..done);
+                self.buf_records = self.buf_records.saturating_sub(whole);
+                Err(e)
+            }
+        }
     }
 
     /// `fdatasync` of the active file (explicit flush requests only).

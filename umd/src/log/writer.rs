@@ -115,6 +115,10 @@ pub(super) struct Writer {
     next_flush: Instant,
     drops_reported: u64,
     shutdown_ack: Option<Sender<()>>,
+    /// "File sink down" was said and "back" not yet: say neither again until a write succeeds.
+    down_announced: bool,
+    /// Records lost since "down" was said.
+    lost_since_announced: u64,
 }
 
 fn now_wall() -> u64 {
@@ -149,6 +153,8 @@ impl Writer {
             next_flush: Instant::now() + cfg.flush_interval,
             drops_reported: 0,
             shutdown_ack: None,
+            down_announced: false,
+            lost_since_announced: 0,
         }
     }
 
@@ -183,9 +189,7 @@ impl Writer {
             let now = Instant::now();
             if stop {
                 self.report_drops();
-                self.write_local();
-                self.flush_file(true);
-                self.write_console();
+                self.settle(true);
                 if let Some(a) = self.shutdown_ack.take() {
                     let _ = a.send(());
                 }
@@ -230,9 +234,7 @@ impl Writer {
                 }
             }
             Msg::Flush { ack, sync } => {
-                self.write_local();
-                self.write_console();
-                self.flush_file(sync);
+                self.settle(sync);
                 let res = match &self.file_state {
                     FileState::Ok if self.file.is_open() => Ok(()),
                     FileState::Ok => Err("the log file is not open".to_string()),
@@ -341,6 +343,7 @@ impl Writer {
         match self.file_state {
             FileState::Down { ref mut lost, .. } => {
                 *lost += 1;
+                self.lost_since_announced += 1;
                 self.stats.failed_file.fetch_add(1, Ordering::Relaxed);
             }
             FileState::Ok if !self.file.is_open() => {
@@ -357,12 +360,20 @@ impl Writer {
                         self.stats
                             .written_file
                             .fetch_add(written, Ordering::Relaxed);
+                        if written > 0 {
+                            self.file_wrote();
+                        }
                         if self.file.rotations != before {
                             self.stats.rotations.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     Err(e) => {
-                        let lost = self.file.take_failed() + 1;
+                        // `append` leaves the new record in the buffer on failure.
+                        let remaining = self.file.buffered_records();
+                        self.stats
+                            .written_file
+                            .fetch_add((buffered + 1).saturating_sub(remaining), Ordering::Relaxed);
+                        let lost = self.file.take_failed();
                         let msg = format!(
                             "writing log file {} failed: {e}",
                             self.file.path_of(0).display()
@@ -382,11 +393,27 @@ impl Writer {
             retry_at: Instant::now() + self.retry,
             lost,
         };
-        tracing::warn!(
-            lost,
-            retry_ms = self.retry.as_millis() as u64,
-            "log file sink down: {why}; logging to the console only, retrying later"
-        );
+        self.lost_since_announced += lost;
+        if !self.down_announced {
+            self.down_announced = true;
+            tracing::warn!(
+                retry_ms = self.retry.as_millis() as u64,
+                "log file sink down: {why}; logging to the console only, retrying later (lost records are counted: umdLogGetStats)"
+            );
+        }
+    }
+
+    /// A write reached the file: if the sink had been announced down, say it is back, once.
+    fn file_wrote(&mut self) {
+        if self.down_announced {
+            self.down_announced = false;
+            let lost = std::mem::take(&mut self.lost_since_announced);
+            tracing::warn!(
+                lost,
+                "log file sink back: {} ({lost} records were lost while it was down)",
+                self.file.path_of(0).display()
+            );
+        }
     }
 
     fn open_file(&mut self) {
@@ -433,11 +460,18 @@ impl Writer {
         match self.file.flush() {
             Ok(()) => {
                 self.stats.written_file.fetch_add(n, Ordering::Relaxed);
+                if n > 0 {
+                    self.file_wrote();
+                }
                 if sync {
                     let _ = self.file.sync();
                 }
             }
             Err(e) => {
+                let remaining = self.file.buffered_records();
+                self.stats
+                    .written_file
+                    .fetch_add(n.saturating_sub(remaining), Ordering::Relaxed);
                 let lost = self.file.take_failed();
                 let msg = format!(
                     "writing log file {} failed: {e}",
@@ -446,6 +480,22 @@ impl Writer {
                 self.file_down(&msg, lost);
             }
         }
+    }
+
+    /// Writes out everything, including what writing itself logged (notices), so a flush
+    /// acknowledgement covers them too.
+    fn settle(&mut self, sync: bool) {
+        for _ in 0..4 {
+            self.write_local();
+            self.flush_file(sync);
+            let more = LOCAL
+                .try_with(|l| l.try_borrow().map(|v| !v.is_empty()).unwrap_or(false))
+                .unwrap_or(false);
+            if !more {
+                break;
+            }
+        }
+        self.write_console();
     }
 
     fn write_console(&mut self) {
@@ -533,13 +583,11 @@ impl Writer {
             FileState::Down { retry_at, lost } if now >= retry_at => {
                 match self.file.open(now_wall()) {
                     Ok(()) => {
+                        // "Back" is said once a write succeeds (file_wrote).
                         self.file_state = FileState::Ok;
                         self.stats.file_ok.store(true, Ordering::Relaxed);
-                        tracing::warn!(
-                            lost,
-                            "log file sink back: {} ({lost} records were lost while it was down)",
-                            self.file.path_of(0).display()
-                        );
+                        super::ring::set_dir(&self.file.config().dir);
+                        super::set_file_path(Some(self.file.path_of(0)));
                     }
                     Err(_) => {
                         self.file_state = FileState::Down {
@@ -567,8 +615,6 @@ impl Writer {
             }
             _ => {}
         }
-        self.write_local();
-        self.flush_file(false);
-        self.write_console();
+        self.settle(false);
     }
 }

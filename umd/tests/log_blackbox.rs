@@ -1,0 +1,212 @@
+//! The emergency ring: dumped on request, on device loss (and named in the device-lost detail),
+//! and on SIGSEGV / SIGABRT in a child process.
+
+#[path = "log_util.rs"]
+mod util;
+use std::ffi::{c_char, CStr};
+use std::os::unix::process::ExitStatusExt;
+use umd::abi::log::*;
+use umd::umdResult;
+use util::*;
+
+fn dump() -> String {
+    let mut buf = [0 as c_char; 1024];
+    let mut need = 0usize;
+    assert_eq!(
+        umdLogDumpBlackbox(buf.as_mut_ptr(), buf.len(), &mut need),
+        umdResult::UMD_SUCCESS
+    );
+    // SAFETY: NUL-terminated.
+    let p = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(need, p.len() + 1);
+    p
+}
+
+/// Record lines (not `#` comments) of a black box.
+fn records(p: &str) -> Vec<String> {
+    lines(std::path::Path::new(p))
+        .into_iter()
+        .filter(|l| !l.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn ring_keeps_the_last_n_warn_and_worse() {
+    if is_child() {
+        umd::log::ensure_init();
+        for i in 0..40u32 {
+            tracing::warn!(i, "warn {i}");
+            tracing::info!(i, "info {i} (not in the ring)");
+        }
+        // The sinks may drop everything: the ring does not depend on them.
+        assert_eq!(
+            umdLogSetLevel(std::ptr::null(), UMD_LOG_LEVEL_OFF, UMD_LOG_SINK_ALL),
+            umdResult::UMD_SUCCESS
+        );
+        tracing::error!(ctx = 9u64, "error with the sinks off");
+        let p = dump();
+        let name = std::path::Path::new(&p)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert!(
+            name.starts_with(&format!("umd-blackbox-{}-", std::process::id())),
+            "{name}"
+        );
+        let recs = records(&p);
+        assert_eq!(recs.len(), 16, "{recs:#?}");
+        for (k, l) in recs[..15].iter().enumerate() {
+            let i = 25 + k;
+            assert!(l.contains(" WARN tid="), "{l}");
+            assert!(l.ends_with(&format!("\"warn {i}\" i={i}")), "{l}");
+        }
+        assert!(recs[15].contains(" ERROR ") && recs[15].contains("ctx=9"));
+        let head = &lines(std::path::Path::new(&p))[0];
+        assert!(head.starts_with("# aigpu libumd black box: pid="), "{head}");
+        assert_eq!(stats().blackbox_dumps, 1);
+        return;
+    }
+    let dir = fresh_dir("ring");
+    let o = run_child(
+        "ring_keeps_the_last_n_warn_and_worse",
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_RING", "16"),
+        ],
+    );
+    assert_ok(&o);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn device_lost_writes_the_black_box_and_names_it() {
+    if is_child() {
+        umd::log::ensure_init();
+        let mut dev = 0u64;
+        assert_eq!(
+            umd::abi::device::umdDeviceOpen(0, &mut dev),
+            umdResult::UMD_SUCCESS
+        );
+        tracing::warn!("the last thing before the loss");
+        // A hanging job whose engine reset fails: the device is lost (as in tests/c/abi_test.c).
+        use umd::abi::{cmdbuf::*, context::*, device::*, sync::*, types::*};
+        let mut ctx = 0u64;
+        assert_eq!(
+            umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
+            umdResult::UMD_SUCCESS
+        );
+        let mut cb = 0u64;
+        assert_eq!(umdCmdBufCreate(ctx, &mut cb), umdResult::UMD_SUCCESS);
+        assert_eq!(umdCmdBufBegin(cb), umdResult::UMD_SUCCESS);
+        assert_eq!(umdCmdDebugHang(cb), umdResult::UMD_SUCCESS);
+        assert_eq!(umdCmdBufEnd(cb), umdResult::UMD_SUCCESS);
+        assert_eq!(
+            umdDebugInjectFault(dev, UMD_DEBUG_FAULT_RESET_FAILURE),
+            umdResult::UMD_SUCCESS
+        );
+        let mut fence = umdFence::default();
+        assert_eq!(
+            umdSubmit(ctx, &cb, 1, std::ptr::null(), 0, &mut fence),
+            umdResult::UMD_SUCCESS
+        );
+        let r = umdFenceWait(&fence, 30_000_000_000);
+        assert_eq!(r, umdResult::UMD_ERR_DEVICE_LOST);
+        let msg = umd::error::detail::last().message_str();
+        let path = msg
+            .split("black box: ")
+            .nth(1)
+            .and_then(|r| r.split(&[')', ';', ' '][..]).next())
+            .unwrap_or_else(|| panic!("detail names no black box: {msg}"))
+            .to_string();
+        let recs = records(&path);
+        assert!(
+            recs.iter()
+                .any(|l| l.contains("the last thing before the loss")),
+            "{recs:#?}"
+        );
+        assert!(
+            recs.last()
+                .unwrap()
+                .contains("device lost: all further calls fail"),
+            "{recs:#?}"
+        );
+        // Later calls fail fast and point at the same file; no second black box.
+        let r = umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx);
+        assert_eq!(r, umdResult::UMD_ERR_DEVICE_LOST);
+        assert!(umd::error::detail::last().message_str().contains(&path));
+        assert_eq!(stats().blackbox_dumps, 1);
+        return;
+    }
+    let dir = fresh_dir("lost");
+    let o = run_child(
+        "device_lost_writes_the_black_box_and_names_it",
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_SIM_HANG_DEBUG", "1"),
+            ("UMD_SIM_JOB_TIMEOUT_MS", "50"),
+        ],
+    );
+    assert_ok(&o);
+    assert_eq!(blackboxes(&dir).len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fatal_child(how: &str) {
+    umd::log::ensure_init();
+    tracing::warn!(ctx = 1u64, "last words 1");
+    tracing::error!(ctx = 1u64, code = "UMD_ERR_INTERNAL", "last words 2");
+    tracing::warn!(ctx = 1u64, "last words 3");
+    match how {
+        // SAFETY: deliberately invalid: the test needs a real fault.
+        "segv" => unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) },
+        _ => std::process::abort(),
+    }
+}
+
+fn check_fatal(test: &str, sig: i32) {
+    let dir = fresh_dir(test);
+    let o = run_child(
+        test,
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_SIGNALS", "1"),
+        ],
+    );
+    assert_eq!(o.status.signal(), Some(sig), "dies of the signal: {o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let path = err
+        .split("black box written to ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .unwrap_or_else(|| panic!("no black box message: {err}"))
+        .to_string();
+    let recs = records(&path);
+    let words: Vec<&str> = recs
+        .iter()
+        .filter_map(|l| l.split('"').nth(1))
+        .filter(|m| m.starts_with("last words"))
+        .collect();
+    assert_eq!(words, ["last words 1", "last words 2", "last words 3"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigsegv_dumps_the_ring() {
+    if is_child() {
+        fatal_child("segv");
+        return;
+    }
+    check_fatal("sigsegv_dumps_the_ring", libc::SIGSEGV);
+}
+
+#[test]
+fn sigabrt_dumps_the_ring() {
+    if is_child() {
+        fatal_child("abort");
+        return;
+    }
+    check_fatal("sigabrt_dumps_the_ring", libc::SIGABRT);
+}

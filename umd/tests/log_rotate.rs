@@ -1,0 +1,166 @@
+//! Rotation by size and by local date (injected clock), exactly N files kept, and the same
+//! through the running pipeline (`UMD_LOG_MAX_BYTES`, `UMD_LOG_MAX_FILES`).
+
+#[path = "log_util.rs"]
+mod util;
+use std::sync::Arc;
+use umd::log::rotate::{FileConfig, FixedOffset, RotatingFile};
+use util::*;
+
+const DAY: u64 = 86_400 * 1_000_000_000;
+/// 2026-11-29T00:00:00Z.
+const T0: u64 = 1_795_910_400 * 1_000_000_000;
+
+fn cfg(dir: &std::path::Path, max_bytes: u64, max_files: u32) -> FileConfig {
+    FileConfig {
+        dir: dir.to_path_buf(),
+        stem: "umd-42".into(),
+        max_bytes,
+        max_files,
+    }
+}
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    log_files(dir)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn size_rotation_keeps_exactly_n_files() {
+    let dir = fresh_dir("size");
+    let mut f = RotatingFile::new(cfg(&dir, 4096, 3), Arc::new(FixedOffset(0)));
+    f.open(T0).unwrap();
+    // 100-byte records: 40 fit in 4096 bytes, the 41st starts a new file.
+    let rec = |i: u32| format!("{i:099}\n");
+    for i in 0..200 {
+        f.append(rec(i).as_bytes(), T0 + 1).unwrap();
+    }
+    f.flush().unwrap();
+    assert_eq!(f.rotations, 4, "200 records of 100 B at 40 per file");
+    assert_eq!(names(&dir), ["umd-42.1.log", "umd-42.2.log", "umd-42.log"]);
+    // Newest in the active file, then .1, then .2; records never split.
+    let active = lines(&dir.join("umd-42.log"));
+    let one = lines(&dir.join("umd-42.1.log"));
+    let two = lines(&dir.join("umd-42.2.log"));
+    assert_eq!(active.len(), 40);
+    assert_eq!(one.len(), 40);
+    assert_eq!(two.len(), 40);
+    assert_eq!(active[0], rec(160).trim_end());
+    assert_eq!(one[0], rec(120).trim_end());
+    assert_eq!(two[0], rec(80).trim_end());
+    for p in log_files(&dir) {
+        assert!(std::fs::metadata(&p).unwrap().len() <= 4096);
+    }
+    // Fewer files kept from now on: the leftovers go at the next rotation.
+    let mut g = RotatingFile::new(cfg(&dir, 4096, 2), Arc::new(FixedOffset(0)));
+    g.open(T0).unwrap();
+    for i in 200..241 {
+        g.append(rec(i).as_bytes(), T0 + 2).unwrap();
+    }
+    g.flush().unwrap();
+    assert_eq!(names(&dir), ["umd-42.1.log", "umd-42.log"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn date_rotation_uses_local_midnight() {
+    let dir = fresh_dir("date");
+    // UTC+8: local midnight is 16:00 UTC.
+    let mut f = RotatingFile::new(cfg(&dir, 1 << 20, 5), Arc::new(FixedOffset(8 * 3600)));
+    let start = T0 + 15 * 3600 * 1_000_000_000; // 23:00 local
+    f.open(start).unwrap();
+    f.append(b"day one\n", start).unwrap();
+    f.append(b"day one later\n", start + 3599 * 1_000_000_000)
+        .unwrap();
+    assert_eq!(f.rotations, 0);
+    f.append(b"day two\n", start + 3600 * 1_000_000_000)
+        .unwrap(); // 00:00 local
+    assert_eq!(f.rotations, 1);
+    f.append(b"day three\n", start + 3600 * 1_000_000_000 + DAY)
+        .unwrap();
+    f.append(b"day three again\n", start + 3600 * 1_000_000_000 + DAY + 5)
+        .unwrap();
+    f.flush().unwrap();
+    assert_eq!(f.rotations, 2);
+    assert_eq!(
+        lines(&dir.join("umd-42.2.log")),
+        ["day one", "day one later"]
+    );
+    assert_eq!(lines(&dir.join("umd-42.1.log")), ["day two"]);
+    assert_eq!(
+        lines(&dir.join("umd-42.log")),
+        ["day three", "day three again"]
+    );
+    // Six more days with max 5 files: exactly five remain, the newest ones.
+    for d in 2..8u64 {
+        let t = start + 3600 * 1_000_000_000 + d * DAY;
+        f.append(format!("day {}\n", d + 2).as_bytes(), t).unwrap();
+    }
+    f.flush().unwrap();
+    assert_eq!(
+        names(&dir),
+        [
+            "umd-42.1.log",
+            "umd-42.2.log",
+            "umd-42.3.log",
+            "umd-42.4.log",
+            "umd-42.log"
+        ]
+    );
+    assert_eq!(lines(&dir.join("umd-42.log")), ["day 9"]);
+    assert_eq!(lines(&dir.join("umd-42.4.log")), ["day 5"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pipeline_rotates_by_size() {
+    if is_child() {
+        umd::log::ensure_init();
+        for i in 0..3000u32 {
+            tracing::info!(
+                i,
+                pad = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+                "rotation test record"
+            );
+        }
+        flush();
+        let s = stats();
+        assert!(s.rotations >= 10, "rotations {}", s.rotations);
+        assert_eq!(s.written_file, 3000);
+        assert_eq!(s.dropped, 0);
+        return;
+    }
+    let dir = fresh_dir("pipe");
+    let o = run_child(
+        "pipeline_rotates_by_size",
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_MAX_BYTES", "32k"),
+            ("UMD_LOG_MAX_FILES", "4"),
+        ],
+    );
+    assert_ok(&o);
+    let files = log_files(&dir);
+    assert_eq!(files.len(), 4, "{files:?}");
+    let mut last_i = None;
+    // Oldest kept file first: .3, .2, .1, active; numbers ascend across them without gaps.
+    for p in files.iter().rev().skip(1).chain(files.iter().rev().take(1)) {
+        assert!(std::fs::metadata(p).unwrap().len() <= 32 * 1024);
+        for l in lines(p) {
+            let i: u32 = l
+                .split(" i=")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .expect("i= field");
+            if let Some(prev) = last_i {
+                assert_eq!(i, prev + 1, "{}", p.display());
+            }
+            last_i = Some(i);
+        }
+    }
+    assert_eq!(last_i, Some(2999));
+    let _ = std::fs::remove_dir_all(&dir);
+}
