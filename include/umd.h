@@ -257,6 +257,28 @@ enum umdResult
    */
   UMD_ERR_MEM_NOT_MAPPED = -402,
   /**
+   * A buffer was freed twice (by address: its memory is already free).
+   */
+  UMD_ERR_MEM_DOUBLE_FREE = -403,
+  /**
+   * A free of an address this device's pool never handed out (foreign, never allocated, or
+   * not the start of a buffer).
+   */
+  UMD_ERR_MEM_INVALID_FREE = -404,
+  /**
+   * A buffer was freed through a context other than the one it was allocated on.
+   */
+  UMD_ERR_MEM_WRONG_CONTEXT = -405,
+  /**
+   * A submitted command buffer uses memory of a buffer that was already freed.
+   */
+  UMD_ERR_MEM_USE_AFTER_FREE = -406,
+  /**
+   * A submitted command buffer accesses pool memory outside any live buffer (past the end of
+   * a buffer, or never allocated).
+   */
+  UMD_ERR_MEM_OUT_OF_BOUNDS = -407,
+  /**
    * The kernel driver rejected a packet (malformed, or HANG with hang debugging off).
    */
   UMD_ERR_SUBMIT_INVALID_PACKET = -500,

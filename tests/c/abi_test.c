@@ -412,6 +412,12 @@ int main(void) {
             MUST(umdCmdFill(o, 0x100000, 4, 0));
             r = umdCmdBufEnd(o);
         }
+        /* The pool serves umdCmdBufEnd's upload from cached memory without a kernel call, so the
+         * other open learns of the loss at its next kernel call: the submit. */
+        if (r == UMD_SUCCESS) {
+            umdFence fo;
+            r = umdSubmit(ctx_other, &o, 1, NULL, 0, &fo);
+        }
         report("second open of a lost device fails with device lost", r == UMD_ERR_DEVICE_LOST, umdGetErrorName(r));
         umdDevice again;
         EXPECT_CODE("open while the lost device is still open elsewhere", umdDeviceOpen(0, &again), UMD_ERR_DEVICE_LOST);

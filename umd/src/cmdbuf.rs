@@ -4,6 +4,7 @@
 
 use crate::context::Context;
 use crate::error::{umdResult, UmdError, UmdResult};
+use crate::memory::pool::Access;
 use crate::memory::{Buffer, MEM_FLAG_READ_ONLY};
 use std::sync::{Arc, Mutex};
 use uapi::packet;
@@ -25,11 +26,15 @@ pub struct Recorded {
     pub buffer: Arc<Buffer>,
     /// Bytes of packets.
     pub size: u32,
+    /// Every memory access of the packets, sorted by address (submit validation and reuse
+    /// gating in the pool).
+    pub accesses: Arc<[Access]>,
 }
 
 struct Inner {
     state: State,
     words: Vec<u32>,
+    accesses: Vec<Access>,
     recorded: Option<Recorded>,
 }
 
@@ -55,6 +60,7 @@ impl CmdBuf {
             inner: Mutex::new(Inner {
                 state: State::Initial,
                 words: Vec::new(),
+                accesses: Vec::new(),
                 recorded: None,
             }),
         }
@@ -68,13 +74,15 @@ impl CmdBuf {
         }
         i.state = State::Recording;
         i.words.clear();
+        i.accesses.clear();
         Ok(())
     }
 
     /// Appends one encoded packet after checking it with the shared decoder.
     pub fn record(&self, words: &[u32]) -> UmdResult<()> {
         let hang_ok = self.ctx.device.info.caps & uapi::CAP_HANG_DEBUG != 0;
-        if let Err(m) = packet::decode(words, hang_ok) {
+        let decoded = packet::decode(words, hang_ok);
+        if let Err(m) = decoded {
             let code = if m == packet::Malformed::HangDisabled {
                 umdResult::UMD_ERR_INVALID_STATE
             } else {
@@ -105,6 +113,17 @@ impl CmdBuf {
             )
             .ctx(self.ctx.id));
         }
+        let offset = (i.words.len() * 4) as u32;
+        if let Ok(p) = decoded {
+            for a in p.accesses().into_iter().flatten() {
+                i.accesses.push(Access {
+                    va: a.va,
+                    len: a.len,
+                    offset,
+                    write: a.write,
+                });
+            }
+        }
         i.words.extend_from_slice(words);
         Ok(())
     }
@@ -123,6 +142,11 @@ impl CmdBuf {
             i.words.extend_from_slice(&packet::encode_nop());
         }
         let bytes: Vec<u8> = i.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // Sorted by address once here, so each submit checks them in one ordered pass.
+        let mut acc = std::mem::take(&mut i.accesses);
+        acc.sort_unstable_by_key(|a| (a.va, a.len, a.offset));
+        acc.dedup_by_key(|a| (a.va, a.len));
+        let accesses: Arc<[Access]> = acc.into();
         // Reuse the previous upload only when it is large enough and no job can still read it:
         // every submit keeps an Arc to the buffer it submitted until its fence is seen signalled
         // (Context::retire), so a count of one means nothing in flight uses it.
@@ -136,21 +160,23 @@ impl CmdBuf {
             i.recorded = Some(Recorded {
                 buffer: Arc::new(buf),
                 size: 0,
+                accesses: Arc::new([]),
             });
         }
         if let Some(r) = i.recorded.as_mut() {
             r.buffer.write(0, &bytes)?;
             r.size = bytes.len() as u32;
+            r.accesses = accesses;
         }
         i.state = State::Ended;
         Ok(())
     }
 
-    /// The GPU copy to submit, if ended.
-    pub fn submittable(&self) -> UmdResult<(Arc<Buffer>, u32)> {
+    /// The GPU copy to submit, if ended, with its sorted memory accesses.
+    pub fn submittable(&self) -> UmdResult<(Arc<Buffer>, u32, Arc<[Access]>)> {
         let i = self.inner.lock().map_err(|_| poisoned())?;
         match (&i.state, &i.recorded) {
-            (State::Ended, Some(r)) => Ok((r.buffer.clone(), r.size)),
+            (State::Ended, Some(r)) => Ok((r.buffer.clone(), r.size, r.accesses.clone())),
             _ => Err(UmdError::new(
                 umdResult::UMD_ERR_INVALID_STATE,
                 "submitting a command buffer that was not ended (umdCmdBufBegin ... umdCmdBufEnd).",

@@ -3,6 +3,7 @@
 use crate::device::Device;
 use crate::errmap::Op;
 use crate::error::UmdResult;
+use crate::memory::pool::{Pool, Timeline};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -31,6 +32,12 @@ pub struct Context {
     /// sequence number completes.
     pub inflight:
         std::sync::Mutex<std::collections::VecDeque<(u64, Vec<Arc<crate::memory::Buffer>>)>>,
+    /// The device's memory pool (accounting, reuse gating, submit validation).
+    pub pool: Arc<Pool>,
+    /// This context's account slot in the pool.
+    pub acct: u32,
+    /// Completion of this context's jobs as the pool sees it.
+    pub timeline: Arc<Timeline>,
 }
 
 impl Context {
@@ -43,11 +50,14 @@ impl Context {
                 "priority {priority} is not UMD_PRIORITY_LOW (0), NORMAL (1) or HIGH (2)."
             );
         }
+        let pool = Pool::for_device(device)?;
         let kmd_id = device
             .backend
             .ctx_create(priority)
             .map_err(|e| device.fail(Op::Context, e, "context create"))?;
         let id = NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let timeline = Arc::new(Timeline::default());
+        let acct = pool.register(id, kmd_id, timeline.clone());
         tracing::info!(
             ctx = id,
             device = device.id,
@@ -62,6 +72,9 @@ impl Context {
             priority,
             last_seqno: AtomicU64::new(0),
             inflight: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            pool,
+            acct,
+            timeline,
         })
     }
 
@@ -111,12 +124,22 @@ impl Context {
 }
 
 impl Context {
-    /// Drops the references of every job up to `completed`.
+    /// Drops the references of every job up to `completed` (and tells the pool: blocks those
+    /// jobs used become reusable).
     pub fn retire(&self, completed: u64) {
+        self.timeline.complete(completed);
         if let Ok(mut q) = self.inflight.lock() {
             while q.front().is_some_and(|(s, _)| *s <= completed) {
                 q.pop_front();
             }
         }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Its jobs are finished or cancelled (destroy waits for them; a lost context runs
+        // nothing more), so the fences it stamped no longer gate reuse.
+        self.pool.unregister(&self.device, self.acct);
     }
 }

@@ -57,6 +57,7 @@ pub fn submit(
         }
     }
     let mut keep = Vec::with_capacity(cmdbufs.len());
+    let mut checks = Vec::with_capacity(cmdbufs.len());
     let mut descs = Vec::with_capacity(cmdbufs.len());
     for (i, cb) in cmdbufs.iter().enumerate() {
         if !Arc::ptr_eq(&cb.ctx.device, dev) {
@@ -68,7 +69,7 @@ pub fn submit(
             )
             .ctx(ctx.id));
         }
-        let (buf, size) = cb.submittable().map_err(|e| UmdError {
+        let (buf, size, accesses) = cb.submittable().map_err(|e| UmdError {
             message: format!("command buffer #{i}: {}", e.message),
             ..e
         })?;
@@ -77,11 +78,49 @@ pub fn submit(
             size,
             flags: 0,
         });
+        checks.push((i, accesses, buf.block()));
         keep.push(buf);
     }
+    // Use-after-free and out-of-bounds detection, and reuse gating: every block the job uses is
+    // pinned now and stamped with the job's fence once the kernel accepted it.
+    let list: Vec<(usize, &[crate::memory::pool::Access], u32)> =
+        checks.iter().map(|(i, a, b)| (*i, &a[..], *b)).collect();
+    let pinned = ctx
+        .pool
+        .check_and_pin(dev, &list)
+        .map_err(|e| e.ctx(ctx.id))?;
+    let submitted = submit_chunks(ctx, &descs, &fences);
+    match &submitted {
+        Ok(seqno) => ctx.pool.stamp(&pinned, ctx.acct, *seqno),
+        Err(_) => ctx.pool.unpin(&pinned),
+    }
+    let seqno = submitted?;
+    ctx.last_seqno.store(seqno, Ordering::Release);
+    let backlog = ctx.inflight.lock().map(|mut q| {
+        q.push_back((seqno, keep));
+        q.len()
+    });
+    if backlog.unwrap_or(0) > RETIRE_POLL_THRESHOLD {
+        if let Ok(s) = ctx.state() {
+            ctx.retire(s.completed_seqno);
+        }
+    }
+    tracing::debug!(
+        ctx = ctx.id,
+        seqno,
+        cmdbufs = cmdbufs.len(),
+        waits = waits.len(),
+        "submit"
+    );
+    Ok(seqno)
+}
+
+/// The kernel submits (one per `MAX_CMDBUFS` command buffers); the last one's seqno.
+fn submit_chunks(ctx: &Arc<Context>, descs: &[Cmdbuf], fences: &[Fence]) -> UmdResult<u64> {
+    let dev = &ctx.device;
     let mut seqno = 0;
     for (n, chunk) in descs.chunks(MAX_CMDBUFS as usize).enumerate() {
-        let ins: &[Fence] = if n == 0 { &fences } else { &[] };
+        let ins: &[Fence] = if n == 0 { fences } else { &[] };
         seqno = dev.backend.submit(ctx.kmd_id, chunk, ins, 0).map_err(|e| {
             let index = n * MAX_CMDBUFS as usize + e.bad_index as usize;
             let what = match e.reason {
@@ -111,23 +150,6 @@ pub fn submit(
             err
         })?;
     }
-    ctx.last_seqno.store(seqno, Ordering::Release);
-    let backlog = ctx.inflight.lock().map(|mut q| {
-        q.push_back((seqno, keep));
-        q.len()
-    });
-    if backlog.unwrap_or(0) > RETIRE_POLL_THRESHOLD {
-        if let Ok(s) = ctx.state() {
-            ctx.retire(s.completed_seqno);
-        }
-    }
-    tracing::debug!(
-        ctx = ctx.id,
-        seqno,
-        cmdbufs = cmdbufs.len(),
-        waits = waits.len(),
-        "submit"
-    );
     Ok(seqno)
 }
 
@@ -178,6 +200,8 @@ fn wait_error(ctx: &Context, seqno: u64, timeout_ns: u64, e: crate::backend::Kmd
             );
         }
         umdResult::UMD_ERR_CTX_LOST => {
+            // Its jobs will never run again: blocks they used may be reused.
+            ctx.timeline.lost.store(true, Ordering::Release);
             let (story, va) = ctx.loss_story();
             err.message = format!(
                 "context {} was lost: {story}; fence seqno {seqno} will never signal. {}",

@@ -82,6 +82,18 @@ pub enum umdResult {
     UMD_ERR_MEM_TOO_LARGE = -401,
     /// Unmap of a buffer that is not mapped.
     UMD_ERR_MEM_NOT_MAPPED = -402,
+    /// A buffer was freed twice (by address: its memory is already free).
+    UMD_ERR_MEM_DOUBLE_FREE = -403,
+    /// A free of an address this device's pool never handed out (foreign, never allocated, or
+    /// not the start of a buffer).
+    UMD_ERR_MEM_INVALID_FREE = -404,
+    /// A buffer was freed through a context other than the one it was allocated on.
+    UMD_ERR_MEM_WRONG_CONTEXT = -405,
+    /// A submitted command buffer uses memory of a buffer that was already freed.
+    UMD_ERR_MEM_USE_AFTER_FREE = -406,
+    /// A submitted command buffer accesses pool memory outside any live buffer (past the end of
+    /// a buffer, or never allocated).
+    UMD_ERR_MEM_OUT_OF_BOUNDS = -407,
     /// The kernel driver rejected a packet (malformed, or HANG with hang debugging off).
     UMD_ERR_SUBMIT_INVALID_PACKET = -500,
     /// The ring is full and the submit was asked not to block.
@@ -131,6 +143,11 @@ impl umdResult {
         umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
         umdResult::UMD_ERR_MEM_TOO_LARGE,
         umdResult::UMD_ERR_MEM_NOT_MAPPED,
+        umdResult::UMD_ERR_MEM_DOUBLE_FREE,
+        umdResult::UMD_ERR_MEM_INVALID_FREE,
+        umdResult::UMD_ERR_MEM_WRONG_CONTEXT,
+        umdResult::UMD_ERR_MEM_USE_AFTER_FREE,
+        umdResult::UMD_ERR_MEM_OUT_OF_BOUNDS,
         umdResult::UMD_ERR_SUBMIT_INVALID_PACKET,
         umdResult::UMD_ERR_SUBMIT_RING_FULL,
         umdResult::UMD_ERR_SUBMIT_BAD_WAIT_FENCE,
@@ -265,6 +282,31 @@ impl umdResult {
             umdResult::UMD_ERR_MEM_NOT_MAPPED => (
                 c"UMD_ERR_MEM_NOT_MAPPED",
                 c"buffer is not mapped",
+                UMD_ACTION_FIX_CALL,
+            ),
+            umdResult::UMD_ERR_MEM_DOUBLE_FREE => (
+                c"UMD_ERR_MEM_DOUBLE_FREE",
+                c"buffer freed twice",
+                UMD_ACTION_FIX_CALL,
+            ),
+            umdResult::UMD_ERR_MEM_INVALID_FREE => (
+                c"UMD_ERR_MEM_INVALID_FREE",
+                c"free of an address that is not the start of a live buffer of this device",
+                UMD_ACTION_FIX_CALL,
+            ),
+            umdResult::UMD_ERR_MEM_WRONG_CONTEXT => (
+                c"UMD_ERR_MEM_WRONG_CONTEXT",
+                c"buffer freed on a context other than the one it was allocated on",
+                UMD_ACTION_FIX_CALL,
+            ),
+            umdResult::UMD_ERR_MEM_USE_AFTER_FREE => (
+                c"UMD_ERR_MEM_USE_AFTER_FREE",
+                c"a submitted command buffer uses a freed buffer",
+                UMD_ACTION_FIX_CALL,
+            ),
+            umdResult::UMD_ERR_MEM_OUT_OF_BOUNDS => (
+                c"UMD_ERR_MEM_OUT_OF_BOUNDS",
+                c"a submitted command buffer accesses memory outside any live buffer",
                 UMD_ACTION_FIX_CALL,
             ),
             umdResult::UMD_ERR_SUBMIT_INVALID_PACKET => (

@@ -1,18 +1,23 @@
-//! Device memory: a buffer is a GEM object bound into the device's GPU address space, with an
-//! optional persistent CPU mapping (the device shares system memory, so host<->device copies
-//! are CPU copies through that mapping). The caching pool of issue 6 sits above this layer.
+//! Device memory: a buffer is a block of the device's caching pool ([`pool`]): a size-class
+//! rounded piece of a GEM object bound into the device's GPU address space, with a persistent CPU
+//! mapping of its kernel object made on first use (the device shares system memory, so
+//! host<->device copies are CPU copies through that mapping).
+//!
+//! Every alloc and free is logged at INFO with the buffer id, size, VA and context, so a log
+//! reader can pair them per context (seed 000 §4.1).
 
+pub mod pool;
 pub mod va;
 
-use crate::backend::HostMap;
 use crate::context::Context;
 use crate::device::Device;
-use crate::errmap::Op;
 use crate::error::{umdResult, UmdError, UmdResult};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
-use uapi::ioctl::{VM_ACCESS_READ, VM_ACCESS_WRITE};
+use pool::history::Site;
+use pool::size_class::{PoolKind, MIN_BLOCK};
+use pool::{FreeNote, Pool, Request};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -20,6 +25,34 @@ static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 pub const MEM_FLAG_READ_ONLY: u32 = 1 << 0;
 /// Every defined `umdMemAlloc` flag.
 pub const MEM_FLAGS_ALL: u32 = MEM_FLAG_READ_ONLY;
+
+/// When a buffer was allocated (a coarse monotonic clock: a few ns, ms resolution).
+#[derive(Clone, Copy, Debug)]
+pub struct Born(u64);
+
+impl Born {
+    /// Now.
+    pub fn now() -> Born {
+        Born(pool::coarse_now_ns())
+    }
+    /// Time since.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(pool::coarse_now_ns().saturating_sub(self.0))
+    }
+}
+
+/// What to allocate (the Rust side of `umdMemAllocInfo`).
+#[derive(Clone, Debug, Default)]
+pub struct AllocRequest<'a> {
+    /// Bytes (> 0).
+    pub size: u64,
+    /// Alignment of the GPU address: 0 for the default (512 bytes), else a power of two.
+    pub align: u64,
+    /// `MEM_FLAG_*`.
+    pub flags: u32,
+    /// A label for leak reports, the history and the log.
+    pub tag: Option<&'a str>,
+}
 
 /// One device buffer.
 pub struct Buffer {
@@ -31,22 +64,49 @@ pub struct Buffer {
     pub ctx_id: u64,
     /// Bytes the caller asked for.
     pub size: u64,
-    /// Bytes reserved (page multiple).
+    /// Bytes reserved for it (its size class).
     pub alloc_size: u64,
     /// GPU VA.
     pub va: u64,
-    gem: u32,
-    host: Mutex<Option<HostMap>>,
-    map_count: Mutex<u32>,
     /// When it was allocated (leak reports: age).
-    pub born: Instant,
+    pub born: Born,
+    /// Allocation tag.
+    pub tag: Option<Arc<str>>,
+    /// Where it was allocated (history on).
+    pub site: Option<Arc<Site>>,
+    /// Pool it came from.
+    pub kind: PoolKind,
+    /// Served from cached memory.
+    pub hit: bool,
+    pool: Arc<Pool>,
+    block: u32,
+    seg: u32,
+    offset: u64,
+    host: AtomicPtr<u8>,
+    map_count: AtomicU32,
 }
 
 impl Buffer {
-    /// Allocates `size` bytes on `ctx`'s device and binds them at a fresh VA.
+    /// Allocates `size` bytes on `ctx`'s device.
+    #[track_caller]
     pub fn alloc(ctx: &Context, size: u64, flags: u32) -> UmdResult<Buffer> {
+        Buffer::alloc_ex(
+            ctx,
+            &AllocRequest {
+                size,
+                flags,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Allocates with an alignment and a tag.
+    #[track_caller]
+    pub fn alloc_ex(ctx: &Context, r: &AllocRequest) -> UmdResult<Buffer> {
+        let caller = std::panic::Location::caller();
         let dev = &ctx.device;
         dev.check()?;
+        let (size, flags) = (r.size, r.flags);
         if flags & !MEM_FLAGS_ALL != 0 {
             crate::bail!(
                 UMD_ERR_INVALID_FLAGS,
@@ -57,8 +117,19 @@ impl Buffer {
             crate::bail!(UMD_ERR_INVALID_SIZE, "requested size is 0 bytes.");
         }
         let total = dev.info.mem_total;
-        let alloc_size = match size.checked_next_multiple_of(uapi::PAGE_SIZE) {
-            Some(s) if s <= dev.info.max_bo_size.min(total) => s,
+        let limit = dev.info.max_bo_size.min(total);
+        if r.align != 0 && (!r.align.is_power_of_two() || r.align > limit) {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_ARGUMENT,
+                format!(
+                    "alignment {} is not a power of two no larger than the device's largest object ({limit} bytes); use 0 for the default ({MIN_BLOCK} bytes).",
+                    r.align
+                ),
+            )
+            .ctx(ctx.id));
+        }
+        match size.checked_next_multiple_of(uapi::PAGE_SIZE) {
+            Some(s) if s <= limit => {}
             _ => {
                 return Err(UmdError::new(
                     umdResult::UMD_ERR_MEM_TOO_LARGE,
@@ -69,55 +140,33 @@ impl Buffer {
                 )
                 .ctx(ctx.id));
             }
-        };
-        let gem = dev.backend.gem_create(alloc_size).map_err(|e| {
-            let mut err = dev.fail(Op::Memory, e, &format!("GEM create of {alloc_size} bytes"));
-            if err.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY {
-                let used = dev.backend.query().map(|q| q.mem_used).unwrap_or(0);
-                err.message = format!(
-                    "out of device memory: requested {size} bytes ({alloc_size} reserved), device total {total} bytes, in use {used} bytes, free {} bytes. {}",
-                    total.saturating_sub(used),
-                    err.message
-                );
-            }
-            err.ctx(ctx.id)
-        })?;
-        let access = if flags & MEM_FLAG_READ_ONLY != 0 {
-            VM_ACCESS_READ
-        } else {
-            VM_ACCESS_READ | VM_ACCESS_WRITE
-        };
-        let va = dev
-            .va
-            .lock()
-            .ok()
-            .and_then(|mut v| v.alloc(alloc_size, uapi::PAGE_SIZE));
-        let Some(va) = va else {
-            let _ = dev.backend.gem_close(gem);
-            crate::bail!(
-                UMD_ERR_MEM_OUT_OF_MEMORY,
-                "GPU virtual address space exhausted for {alloc_size} bytes."
-            );
-        };
-        if let Err(e) = dev.backend.vm_bind(gem, va, 0, alloc_size, access) {
-            if let Ok(mut v) = dev.va.lock() {
-                v.free(va, alloc_size);
-            }
-            let _ = dev.backend.gem_close(gem);
-            return Err(dev
-                .fail(
-                    Op::Memory,
-                    e,
-                    &format!("VM bind of {alloc_size} bytes at 0x{va:x}"),
-                )
-                .ctx(ctx.id));
         }
+        let pool = &ctx.pool;
+        let site = pool.history_on().then(|| Arc::new(Site::capture(caller)));
+        let tag: Option<Arc<str>> = r.tag.map(Arc::from);
         let id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
+        let g = pool.alloc(
+            dev,
+            &Request {
+                size,
+                align: r.align.max(MIN_BLOCK),
+                read_only: flags & MEM_FLAG_READ_ONLY != 0,
+                buffer_id: id,
+                ctx_id: ctx.id,
+                acct: ctx.acct,
+                tag: tag.clone(),
+                site: site.clone(),
+            },
+        )?;
         tracing::info!(
             ctx = ctx.id,
             buffer = id,
             size,
-            va = format_args!("{va:#x}"),
+            va = format_args!("{:#x}", g.va),
+            class = g.size,
+            pool = g.kind.name(),
+            hit = g.hit,
+            tag = tag.as_deref().unwrap_or(""),
             "alloc"
         );
         Ok(Buffer {
@@ -125,50 +174,63 @@ impl Buffer {
             device: dev.clone(),
             ctx_id: ctx.id,
             size,
-            alloc_size,
-            va,
-            gem,
-            host: Mutex::new(None),
-            map_count: Mutex::new(0),
-            born: Instant::now(),
+            alloc_size: g.size,
+            va: g.va,
+            born: Born::now(),
+            tag,
+            site,
+            kind: g.kind,
+            hit: g.hit,
+            pool: ctx.pool.clone(),
+            block: g.block,
+            seg: g.seg,
+            offset: g.offset,
+            host: AtomicPtr::new(std::ptr::null_mut()),
+            map_count: AtomicU32::new(0),
         })
+    }
+
+    /// The pool block (submit: the command buffer's own packets).
+    pub fn block(&self) -> u32 {
+        self.block
+    }
+
+    /// The pool it came from.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Registers the C handle (for free by address).
+    pub fn set_handle(&self, handle: u64) {
+        self.pool.set_handle(self.block, handle);
     }
 
     /// The persistent CPU mapping, created on first use.
     fn host(&self) -> UmdResult<*mut u8> {
-        let mut h = self
-            .host
-            .lock()
-            .map_err(|_| UmdError::new(umdResult::UMD_ERR_INTERNAL, "buffer lock poisoned"))?;
-        if let Some(m) = *h {
-            return Ok(m.ptr);
+        let p = self.host.load(Ordering::Acquire);
+        if !p.is_null() {
+            return Ok(p);
         }
-        let m = self
-            .device
-            .backend
-            .gem_mmap(self.gem, self.alloc_size)
-            .map_err(|e| self.device.fail(Op::Memory, e, "CPU mapping of a buffer"))?;
-        *h = Some(m);
-        Ok(m.ptr)
+        let p = self.pool.host_ptr(&self.device, self.seg, self.offset)?;
+        self.host.store(p, Ordering::Release);
+        Ok(p)
     }
 
     /// `umdMemMap`: the CPU address of the buffer (the same on every call).
     pub fn map(&self) -> UmdResult<*mut u8> {
         self.device.check()?;
         let p = self.host()?;
-        if let Ok(mut n) = self.map_count.lock() {
-            *n += 1;
-        }
+        self.map_count.fetch_add(1, Ordering::AcqRel);
         Ok(p)
     }
 
     /// `umdMemUnmap`: balances one `map`.
     pub fn unmap(&self) -> UmdResult<()> {
-        let mut n = self
+        if self
             .map_count
-            .lock()
-            .map_err(|_| UmdError::new(umdResult::UMD_ERR_INTERNAL, "lock poisoned"))?;
-        if *n == 0 {
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_err()
+        {
             crate::bail!(
                 UMD_ERR_MEM_NOT_MAPPED,
                 "buffer {} (VA 0x{:x}) is not mapped: umdMemUnmap without a matching umdMemMap.",
@@ -176,7 +238,6 @@ impl Buffer {
                 self.va
             );
         }
-        *n -= 1;
         Ok(())
     }
 
@@ -229,19 +290,20 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Ok(mut h) = self.host.lock() {
-            if let Some(m) = h.take() {
-                let _ = self.device.backend.gem_munmap(m);
-            }
-        }
-        // After device loss the kernel objects go with the file; unbinding would only fail.
-        if !self.device.is_lost() {
-            let _ = self.device.backend.vm_unbind(self.va, self.alloc_size);
-        }
-        if let Ok(mut v) = self.device.va.lock() {
-            v.free(self.va, self.alloc_size);
-        }
-        let _ = self.device.backend.gem_close(self.gem);
+        // The block goes back to the pool; it is reused only after every job that used it has
+        // completed (the pool gates reuse on their fences), and its kernel object stays mapped.
+        let site = self
+            .pool
+            .history_on()
+            .then(|| Arc::new(Site::capture(std::panic::Location::caller())));
+        self.pool.free(
+            &self.device,
+            self.block,
+            FreeNote {
+                at_ns: pool::coarse_now_ns(),
+                site,
+            },
+        );
         tracing::info!(
             ctx = self.ctx_id,
             buffer = self.id,

@@ -1,0 +1,195 @@
+//! Blocks and the free bins (two-level segregated fit).
+//!
+//! Every byte of a segment belongs to exactly one block; blocks are linked to their physical
+//! neighbours (for coalescing) and, while free, to the bin of their size (for O(1) best-fit
+//! search: two bitmaps find the first non-empty bin at or above a request's class).
+
+use super::size_class::{bin_ceil, bin_floor, FL_COUNT};
+
+/// "No block".
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// Life of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// In a bin, reusable now.
+    Free,
+    /// Freed by its buffer while a submitted job may still use it (or a submit is checking
+    /// it): not in a bin until every fence that used it has signalled.
+    Pending,
+    /// Held by a buffer.
+    Live,
+    /// Record unused (on the free-slot list).
+    Dead,
+}
+
+/// One block.
+#[derive(Clone, Debug)]
+pub struct Block {
+    /// Segment index.
+    pub seg: u32,
+    /// Offset in the segment.
+    pub offset: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Physical neighbours.
+    pub prev: u32,
+    /// Physical neighbours.
+    pub next: u32,
+    /// Bin list links (while Free).
+    pub fprev: u32,
+    /// Bin list links (while Free).
+    pub fnext: u32,
+    /// State.
+    pub state: State,
+    /// Submits currently checking this block (between validation and the stamp).
+    pub pins: u32,
+    /// (account slot, seqno) of the last job of each context that used it.
+    pub uses: Vec<(u32, u64)>,
+    /// Live: the buffer's id.
+    pub buffer: u64,
+    /// Live: bytes asked for.
+    pub requested: u64,
+    /// Live: context it was allocated on.
+    pub ctx_id: u64,
+    /// Live: account slot of that context.
+    pub acct: u32,
+}
+
+impl Block {
+    /// A free block record.
+    pub fn new(seg: u32, offset: u64, size: u64) -> Block {
+        Block {
+            seg,
+            offset,
+            size,
+            prev: NIL,
+            next: NIL,
+            fprev: NIL,
+            fnext: NIL,
+            state: State::Free,
+            pins: 0,
+            uses: Vec::new(),
+            buffer: 0,
+            requested: 0,
+            ctx_id: 0,
+            acct: 0,
+        }
+    }
+}
+
+/// The free lists of one pool (one kind, one access mode).
+pub struct Bins {
+    fl: u64,
+    sl: [u8; FL_COUNT],
+    heads: [[u32; 8]; FL_COUNT],
+}
+
+impl Default for Bins {
+    fn default() -> Self {
+        Bins {
+            fl: 0,
+            sl: [0; FL_COUNT],
+            heads: [[NIL; 8]; FL_COUNT],
+        }
+    }
+}
+
+impl Bins {
+    /// Links free block `id` into the bin of its size.
+    pub fn insert(&mut self, blocks: &mut [Block], id: u32) {
+        let (f, s) = bin_floor(blocks[id as usize].size);
+        let head = self.heads[f][s];
+        {
+            let b = &mut blocks[id as usize];
+            b.fprev = NIL;
+            b.fnext = head;
+        }
+        if head != NIL {
+            blocks[head as usize].fprev = id;
+        }
+        self.heads[f][s] = id;
+        self.fl |= 1 << f;
+        self.sl[f] |= 1 << s;
+    }
+
+    /// Unlinks free block `id`.
+    pub fn remove(&mut self, blocks: &mut [Block], id: u32) {
+        let (p, n, size) = {
+            let b = &blocks[id as usize];
+            (b.fprev, b.fnext, b.size)
+        };
+        if p != NIL {
+            blocks[p as usize].fnext = n;
+        } else {
+            let (f, s) = bin_floor(size);
+            self.heads[f][s] = n;
+            if n == NIL {
+                self.sl[f] &= !(1 << s);
+                if self.sl[f] == 0 {
+                    self.fl &= !(1 << f);
+                }
+            }
+        }
+        if n != NIL {
+            blocks[n as usize].fprev = p;
+        }
+        let b = &mut blocks[id as usize];
+        b.fprev = NIL;
+        b.fnext = NIL;
+    }
+
+    /// A free block of at least `need` bytes from the smallest non-empty bin that guarantees
+    /// it; then, if that finds nothing, a first-fit scan of the bin just below (its blocks may
+    /// still be large enough). `None` when no free block fits.
+    pub fn find(&self, blocks: &[Block], need: u64) -> Option<u32> {
+        let (f, s) = bin_ceil(need);
+        if f < FL_COUNT {
+            let sl_map = self.sl[f] as u32 & (!0u32 << s);
+            let (f2, s2) = if sl_map != 0 {
+                (f, sl_map.trailing_zeros() as usize)
+            } else {
+                let fl_map = if f + 1 >= 64 {
+                    0
+                } else {
+                    self.fl & (!0u64 << (f + 1))
+                };
+                if fl_map != 0 {
+                    let f2 = fl_map.trailing_zeros() as usize;
+                    (f2, (self.sl[f2] as u32).trailing_zeros() as usize)
+                } else {
+                    (FL_COUNT, 0)
+                }
+            };
+            if f2 < FL_COUNT {
+                return Some(self.heads[f2][s2]);
+            }
+        }
+        // The bin holding `need` itself: blocks in [lower, upper) of which some may fit.
+        let (f, s) = bin_floor(need);
+        let mut id = self.heads[f][s];
+        while id != NIL {
+            let b = &blocks[id as usize];
+            if b.size >= need {
+                return Some(id);
+            }
+            id = b.fnext;
+        }
+        None
+    }
+
+    /// Every free block (for statistics).
+    pub fn iter<'a>(&'a self, blocks: &'a [Block]) -> impl Iterator<Item = u32> + 'a {
+        self.heads.iter().flatten().flat_map(move |&h| {
+            let mut id = h;
+            std::iter::from_fn(move || {
+                if id == NIL {
+                    return None;
+                }
+                let cur = id;
+                id = blocks[cur as usize].fnext;
+                Some(cur)
+            })
+        })
+    }
+}

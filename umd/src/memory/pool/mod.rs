@@ -1,0 +1,1428 @@
+//! The caching buffer pool (design §6, issue 6).
+//!
+//! One pool per open device (per GPU address space), shared by its contexts, behind one mutex
+//! (the model of PyTorch's CUDA caching allocator): requests are rounded to size classes
+//! ([`size_class`]); small ones are sub-allocated from 2 MiB slabs, large ones get their own
+//! kernel object; freed blocks are kept, coalesced with free neighbours and reused best-fit
+//! ([`block::Bins`]); a block freed while a submitted job may still use it waits for that job's
+//! fence before it is reused. Everything goes through the [`Backend`](crate::backend::Backend)
+//! trait, so the pool runs unchanged over the simulator and the kernel driver.
+//!
+//! Submit validation: a command buffer's memory accesses are collected at `umdCmdBufEnd`
+//! (sorted by address); at submit [`Pool::check_and_pin`] maps each to its block through a
+//! sorted index of segments, rejects accesses to freed memory or past the end of a buffer, and
+//! pins the blocks; after the kernel accepted the job, [`Pool::stamp`] records (context, seqno)
+//! on each, which is what gates their reuse.
+
+pub mod block;
+pub mod config;
+pub mod history;
+pub mod size_class;
+pub mod slab;
+pub mod stats;
+
+use crate::backend::KmdError;
+use crate::device::Device;
+use crate::errmap::{code_for, Op};
+use crate::error::{umdResult, UmdError, UmdResult};
+use block::{Bins, Block, State, NIL};
+use config::Config;
+use history::{Event, EventKind, History, Site};
+use size_class::{pool_for, round, PoolKind, SLAB_SIZE};
+use slab::Segment;
+use stats::{human, CtxStats, Stats};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use uapi::ioctl::{VM_ACCESS_READ, VM_ACCESS_WRITE};
+
+const PAGE: u64 = uapi::PAGE_SIZE;
+/// Freed buffers remembered for use-after-free and double-free reports.
+pub(crate) const GHOSTS: usize = 1024;
+/// How long out-of-memory recovery waits for the fences of deferred frees.
+const OOM_FENCE_WAIT_NS: u64 = 10_000_000_000;
+
+/// Completion of one context's jobs as the pool sees it (updated by every wait and query on the
+/// context, and by the pool's own polls).
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// Highest completed sequence number seen.
+    pub completed: AtomicU64,
+    /// The context was reset as guilty: its jobs will never run again.
+    pub lost: AtomicBool,
+}
+
+impl Timeline {
+    /// Notes that every job up to `seqno` completed.
+    pub fn complete(&self, seqno: u64) {
+        self.completed.fetch_max(seqno, Ordering::AcqRel);
+    }
+}
+
+/// One memory access of a recorded command buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    /// First byte.
+    pub va: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Byte offset of the packet in its command buffer.
+    pub offset: u32,
+    /// Written (else read).
+    pub write: bool,
+}
+
+/// What an allocation asks for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Bytes (> 0).
+    pub size: u64,
+    /// Alignment (power of two, >= 512).
+    pub align: u64,
+    /// Bind read-only.
+    pub read_only: bool,
+    /// The buffer's id (logs, history, reports).
+    pub buffer_id: u64,
+    /// Context id.
+    pub ctx_id: u64,
+    /// Account slot of the context.
+    pub acct: u32,
+    /// Allocation tag.
+    pub tag: Option<Arc<str>>,
+    /// Call site (history on).
+    pub site: Option<Arc<Site>>,
+}
+
+/// What the pool handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Block id (give it back to [`Pool::free`]).
+    pub block: u32,
+    /// Segment.
+    pub seg: u32,
+    /// Offset in the segment.
+    pub offset: u64,
+    /// GPU VA.
+    pub va: u64,
+    /// Block bytes (the size class).
+    pub size: u64,
+    /// Pool.
+    pub kind: PoolKind,
+    /// Served from cached memory (no kernel call).
+    pub hit: bool,
+}
+
+/// When and where a free happened.
+#[derive(Clone, Debug, Default)]
+pub struct FreeNote {
+    /// CLOCK_MONOTONIC(_COARSE) ns, 0 if unknown.
+    pub at_ns: u64,
+    /// Call site (history on).
+    pub site: Option<Arc<Site>>,
+}
+
+/// A freed buffer, remembered for reports.
+#[derive(Clone, Debug)]
+pub struct Ghost {
+    /// VA.
+    pub va: u64,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Block bytes.
+    pub size: u64,
+    /// Buffer id.
+    pub buffer: u64,
+    /// Context it was allocated on.
+    pub ctx_id: u64,
+    /// Pool event number of the free.
+    pub seq: u64,
+    /// When.
+    pub at_ns: u64,
+    /// Where (history on).
+    pub site: Option<Arc<Site>>,
+}
+
+impl Ghost {
+    /// "buffer 12 (512 bytes at VA 0x200000, context 3), freed 4 ms ago at <site>".
+    pub fn describe(&self) -> String {
+        let when = if self.at_ns != 0 {
+            let ms = coarse_now_ns().saturating_sub(self.at_ns) as f64 / 1e6;
+            format!("{ms:.1} ms ago (pool event #{})", self.seq)
+        } else {
+            format!("at pool event #{}", self.seq)
+        };
+        let site = match &self.site {
+            Some(s) => format!(" at {}", s.describe()),
+            None => " (set UMD_POOL_HISTORY=N to record where)".into(),
+        };
+        format!(
+            "buffer {} ({} bytes at VA {:#x}, allocated on context {}), freed {when}{site}",
+            self.buffer, self.requested, self.va, self.ctx_id
+        )
+    }
+}
+
+/// What an address is, for free-by-address.
+#[derive(Clone, Debug)]
+pub enum AddrInfo {
+    /// The start of a live buffer.
+    Live {
+        /// Buffer id.
+        buffer: u64,
+        /// C handle, if registered.
+        handle: u64,
+        /// Context it was allocated on.
+        ctx_id: u64,
+    },
+    /// Inside a live buffer, not at its start.
+    Interior {
+        /// Buffer id.
+        buffer: u64,
+        /// Its start.
+        start: u64,
+        /// Bytes asked for.
+        requested: u64,
+    },
+    /// A freed buffer's address (most recent free first).
+    Freed(Ghost),
+    /// Pool memory never handed out, or not pool memory at all.
+    Unknown {
+        /// True if the address lies in a segment of this pool.
+        in_pool: bool,
+    },
+}
+
+struct Account {
+    ctx_id: u64,
+    kmd_id: u32,
+    timeline: Arc<Timeline>,
+    live: bool,
+    stats: CtxStats,
+}
+
+enum SegErr {
+    Oom(Option<KmdError>, String),
+    Other(UmdError),
+}
+
+struct Inner {
+    enabled: bool,
+    blocks: Vec<Block>,
+    free_slots: Vec<u32>,
+    segs: Vec<Segment>,
+    free_segs: Vec<u32>,
+    index: BTreeMap<u64, u32>,
+    bins: [Bins; 4],
+    pending: VecDeque<u32>,
+    empty: VecDeque<(u32, u64)>,
+    accounts: Vec<Account>,
+    free_accounts: Vec<u32>,
+    stats: Stats,
+    ghosts: VecDeque<Ghost>,
+    handles: Vec<u64>,
+    history: Option<History>,
+    recent: [u64; 64],
+    recent_at: usize,
+    seq: u64,
+}
+
+/// A device's pool.
+pub struct Pool {
+    /// The device it belongs to.
+    pub device_id: u64,
+    device: Weak<Device>,
+    /// Settings.
+    pub config: Config,
+    release_threshold: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+static POOLS: Mutex<Vec<Arc<Pool>>> = Mutex::new(Vec::new());
+
+fn pools() -> MutexGuard<'static, Vec<Arc<Pool>>> {
+    let mut v = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|p| p.device.strong_count() > 0);
+    v
+}
+
+/// CLOCK_MONOTONIC_COARSE in ns (a few ns: good enough for ages and "freed N ms ago").
+pub fn coarse_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; the clock exists on every Linux since 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn bin_of(kind: PoolKind, ro: bool) -> usize {
+    (kind == PoolKind::Large) as usize * 2 + ro as usize
+}
+
+impl Pool {
+    /// The pool of `dev`, created on first use with the settings of the environment
+    /// (`UMD_ERR_INIT_BAD_CONFIG` naming the variable if one does not parse).
+    pub fn for_device(dev: &Arc<Device>) -> UmdResult<Arc<Pool>> {
+        let mut v = pools();
+        if let Some(p) = v.iter().find(|p| p.device_id == dev.id) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Pool::new(dev, Config::from_env()?));
+        v.push(p.clone());
+        Ok(p)
+    }
+
+    /// Installs a pool with explicit settings for `dev` (tests, benchmarks); fails with
+    /// `UMD_ERR_INVALID_STATE` if the device already has one.
+    pub fn install(dev: &Arc<Device>, config: Config) -> UmdResult<Arc<Pool>> {
+        let mut v = pools();
+        if v.iter().any(|p| p.device_id == dev.id) {
+            crate::bail!(
+                UMD_ERR_INVALID_STATE,
+                "device {} already has a memory pool (install it before the first context).",
+                dev.id
+            );
+        }
+        let p = Arc::new(Pool::new(dev, config));
+        v.push(p.clone());
+        Ok(p)
+    }
+
+    fn new(dev: &Arc<Device>, config: Config) -> Pool {
+        let history = (config.history > 0).then(|| History::new(config.history));
+        tracing::debug!(
+            device = dev.id,
+            enabled = config.enabled,
+            history = config.history,
+            release_threshold = config.release_threshold,
+            "memory pool created"
+        );
+        Pool {
+            device_id: dev.id,
+            device: Arc::downgrade(dev),
+            release_threshold: AtomicU64::new(config.release_threshold),
+            inner: Mutex::new(Inner {
+                enabled: config.enabled,
+                blocks: Vec::new(),
+                free_slots: Vec::new(),
+                segs: Vec::new(),
+                free_segs: Vec::new(),
+                index: BTreeMap::new(),
+                bins: Default::default(),
+                pending: VecDeque::new(),
+                empty: VecDeque::new(),
+                accounts: Vec::new(),
+                free_accounts: Vec::new(),
+                stats: Stats::default(),
+                ghosts: VecDeque::with_capacity(GHOSTS),
+                handles: Vec::new(),
+                history,
+                recent: [0; 64],
+                recent_at: 0,
+                seq: 0,
+            }),
+            config,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when the history ring is on (callers capture call sites only then).
+    pub fn history_on(&self) -> bool {
+        self.config.history > 0
+    }
+
+    /// Registers a context; returns its account slot.
+    pub fn register(&self, ctx_id: u64, kmd_id: u32, timeline: Arc<Timeline>) -> u32 {
+        let mut g = self.lock();
+        let acc = Account {
+            ctx_id,
+            kmd_id,
+            timeline,
+            live: true,
+            stats: CtxStats {
+                ctx_id,
+                ..Default::default()
+            },
+        };
+        match g.free_accounts.pop() {
+            Some(slot) => {
+                g.accounts[slot as usize] = acc;
+                slot
+            }
+            None => {
+                g.accounts.push(acc);
+                (g.accounts.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Forgets a destroyed context: its jobs are finished or cancelled, so the fences it
+    /// stamped on blocks no longer gate their reuse.
+    pub fn unregister(&self, dev: &Device, acct: u32) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if let Some(a) = inner.accounts.get_mut(acct as usize) {
+            a.live = false;
+        }
+        for b in inner.blocks.iter_mut() {
+            b.uses.retain(|(s, _)| *s != acct);
+        }
+        inner.free_accounts.push(acct);
+        inner.process_pending(dev);
+        let t = self.release_threshold.load(Ordering::Relaxed);
+        inner.release_empty(dev, t);
+    }
+
+    /// Per-context accounting of `acct`.
+    pub fn ctx_stats(&self, acct: u32) -> CtxStats {
+        let g = self.lock();
+        g.accounts
+            .get(acct as usize)
+            .map(|a| a.stats.clone())
+            .unwrap_or_default()
+    }
+
+    /// Allocates a block for `req`. The caller has checked the size against the device
+    /// (`UMD_ERR_MEM_TOO_LARGE`) and the flags.
+    pub fn alloc(&self, dev: &Device, req: &Request) -> UmdResult<Grant> {
+        let limit = dev.info.max_bo_size.min(dev.info.mem_total);
+        let align = req.align.max(size_class::MIN_BLOCK);
+        let kind = pool_for(req.size, align);
+        let page = req.size.checked_next_multiple_of(PAGE).unwrap_or(u64::MAX);
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let class = if inner.enabled {
+            round(req.size, kind)
+                .filter(|c| *c <= limit)
+                .unwrap_or(page)
+        } else {
+            page
+        };
+        inner.recent[inner.recent_at % 64] = class;
+        inner.recent_at += 1;
+        if inner.enabled {
+            if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                return Ok(inner.grant(id, req, true));
+            }
+            if !inner.pending.is_empty() {
+                if inner.process_pending(dev) == 0 {
+                    inner.refresh(dev, false);
+                    inner.process_pending(dev);
+                }
+                if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                    return Ok(inner.grant(id, req, true));
+                }
+            }
+        }
+        let (seg_size, seg_align) = if inner.enabled && kind == PoolKind::Small {
+            (SLAB_SIZE, SLAB_SIZE)
+        } else {
+            (class, align.max(size_class::LARGE_GRANULE))
+        };
+        let mut released = 0;
+        let mut retried = false;
+        loop {
+            match inner.new_segment(dev, kind, req.read_only, seg_size, seg_align) {
+                Ok(seg) => {
+                    let first = inner.segs[seg as usize].first;
+                    let id = inner.take_block(first, kind, class, align);
+                    inner.stats.num_cache_misses += 1;
+                    return Ok(inner.grant(id, req, false));
+                }
+                Err(SegErr::Oom(..)) if !retried => {
+                    retried = true;
+                    inner.stats.num_alloc_retries += 1;
+                    inner.refresh(dev, true);
+                    inner.process_pending(dev);
+                    if inner.enabled {
+                        if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                            return Ok(inner.grant(id, req, true));
+                        }
+                    }
+                    released = inner.release_empty(dev, 0);
+                    tracing::warn!(
+                        ctx = req.ctx_id,
+                        requested = req.size,
+                        released,
+                        "device out of memory: released cached pool memory, retrying once"
+                    );
+                }
+                Err(SegErr::Oom(kmd, what)) => {
+                    inner.stats.num_ooms += 1;
+                    inner.event(
+                        EventKind::Oom,
+                        req.ctx_id,
+                        req.buffer_id,
+                        0,
+                        class,
+                        req.size,
+                        kind,
+                        None,
+                        None,
+                    );
+                    return Err(inner.oom_error(dev, req, class, kind, released, kmd, &what));
+                }
+                Err(SegErr::Other(e)) => return Err(e.ctx(req.ctx_id)),
+            }
+        }
+    }
+
+    /// Returns a block. Reuse waits for the fences of the jobs that used it.
+    pub fn free(&self, dev: &Device, block: u32, note: FreeNote) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if inner
+            .blocks
+            .get(block as usize)
+            .is_none_or(|b| b.state != State::Live)
+        {
+            tracing::error!(block, "pool: free of a block that is not live (driver bug)");
+            return;
+        }
+        inner.free_live(dev, block, note);
+        let t = self.release_threshold.load(Ordering::Relaxed);
+        if inner.stats.cached_bytes.all().current > t {
+            inner.release_empty(dev, t);
+        }
+    }
+
+    /// Registers the C handle of the buffer holding `block` (free by address).
+    pub fn set_handle(&self, block: u32, handle: u64) {
+        let mut g = self.lock();
+        if let Some(h) = g.handles.get_mut(block as usize) {
+            *h = handle;
+        }
+    }
+
+    /// CPU address of `offset` in segment `seg` (mapping the segment on first use).
+    pub fn host_ptr(&self, dev: &Device, seg: u32, offset: u64) -> UmdResult<*mut u8> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let s = inner
+            .segs
+            .get_mut(seg as usize)
+            .filter(|s| s.alive)
+            .ok_or_else(|| UmdError::new(umdResult::UMD_ERR_INTERNAL, "segment gone"))?;
+        let m = match s.host {
+            Some(m) => m,
+            None => {
+                inner.stats.num_kernel_calls += 1;
+                let m = dev
+                    .backend
+                    .gem_mmap(s.gem, s.size)
+                    .map_err(|e| dev.fail(Op::Memory, e, "CPU mapping of a pool segment"))?;
+                s.host = Some(m);
+                m
+            }
+        };
+        // SAFETY: offset < segment size (the caller's block lies inside the segment), so the
+        // result stays inside the mapping.
+        Ok(unsafe { m.ptr.add(offset as usize) })
+    }
+
+    /// Releases cached memory (waiting for nothing: blocks still used by running jobs stay)
+    /// until at most `keep` cached bytes remain. Returns the bytes released.
+    pub fn trim(&self, dev: &Device, keep: u64) -> u64 {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        inner.stats.num_trims += 1;
+        inner.refresh(dev, false);
+        inner.process_pending(dev);
+        let r = inner.release_empty(dev, keep);
+        tracing::info!(device = dev.id, released = r, keep, "pool trimmed");
+        r
+    }
+
+    /// Sets the release threshold (cached bytes kept at most) and applies it now.
+    pub fn set_release_threshold(&self, dev: &Device, bytes: u64) {
+        self.release_threshold.store(bytes, Ordering::Relaxed);
+        let mut g = self.lock();
+        g.release_empty(dev, bytes);
+    }
+
+    /// Resets every peak to its current value.
+    pub fn reset_peaks(&self) {
+        let mut g = self.lock();
+        g.stats.reset_peaks();
+        for a in g.accounts.iter_mut() {
+            a.stats.allocated_bytes.peak = a.stats.allocated_bytes.current;
+            a.stats.requested_bytes.peak = a.stats.requested_bytes.current;
+            a.stats.allocation_count.peak = a.stats.allocation_count.current;
+        }
+    }
+
+    /// A snapshot of the statistics (computes the largest free block and fragmentation).
+    pub fn stats(&self) -> Stats {
+        let g = self.lock();
+        let mut s = g.stats.clone();
+        let recent = g.recent.iter().copied().max().unwrap_or(0);
+        s.largest_recent_request = recent;
+        let (largest, frag) = g.free_profile(recent);
+        s.largest_free_block = largest;
+        s.fragmentation_bytes = frag;
+        s.release_threshold = self.release_threshold.load(Ordering::Relaxed);
+        s.pool_enabled = g.enabled;
+        s.history_capacity = g.history.as_ref().map_or(0, |h| h.capacity() as u64);
+        s.history_events = g.history.as_ref().map_or(0, |h| h.total);
+        s
+    }
+
+    /// The history as JSON lines (empty when off).
+    pub fn history_json(&self) -> String {
+        self.lock()
+            .history
+            .as_ref()
+            .map(|h| h.json_lines())
+            .unwrap_or_default()
+    }
+
+    /// The history events (oldest first).
+    pub fn history_events(&self) -> Vec<Event> {
+        self.lock()
+            .history
+            .as_ref()
+            .map(|h| h.events().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// What `va` is (free by address).
+    pub fn classify(&self, va: u64) -> AddrInfo {
+        let g = self.lock();
+        match g.lookup(va) {
+            Some(id) => {
+                let b = &g.blocks[id as usize];
+                let start = g.segs[b.seg as usize].va + b.offset;
+                match b.state {
+                    State::Live if start == va => AddrInfo::Live {
+                        buffer: b.buffer,
+                        handle: g.handles.get(id as usize).copied().unwrap_or(0),
+                        ctx_id: b.ctx_id,
+                    },
+                    State::Live => AddrInfo::Interior {
+                        buffer: b.buffer,
+                        start,
+                        requested: b.requested,
+                    },
+                    _ => match g.ghost_at(va, true) {
+                        Some(gh) => AddrInfo::Freed(gh.clone()),
+                        None => AddrInfo::Unknown { in_pool: true },
+                    },
+                }
+            }
+            None => match g.ghost_at(va, true) {
+                Some(gh) => AddrInfo::Freed(gh.clone()),
+                None => AddrInfo::Unknown { in_pool: false },
+            },
+        }
+    }
+
+    /// Checks every access of the command buffers about to be submitted and pins the blocks
+    /// they use. `cmdbufs`: (index in the submit, accesses sorted by VA, the block holding the
+    /// packets). On success the caller must [`Pool::stamp`] or [`Pool::unpin`] the result.
+    pub fn check_and_pin(
+        &self,
+        dev: &Device,
+        cmdbufs: &[(usize, &[Access], u32)],
+    ) -> UmdResult<Vec<u32>> {
+        let _ = dev;
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let mut pinned: Vec<u32> = Vec::with_capacity(cmdbufs.len() * 2);
+        for &(i, accesses, own) in cmdbufs {
+            if let Some(b) = inner.blocks.get_mut(own as usize) {
+                if b.state == State::Live {
+                    b.pins += 1;
+                    pinned.push(own);
+                }
+            }
+            let mut cur: (u64, u64) = (1, 0); // [start, end) of the last live block checked
+            for a in accesses {
+                if a.len == 0 || (a.va >= cur.0 && a.va.saturating_add(a.len) <= cur.1) {
+                    continue;
+                }
+                match inner.check_access(i, a) {
+                    Ok(Some((id, start, end))) => {
+                        inner.blocks[id as usize].pins += 1;
+                        pinned.push(id);
+                        cur = (start, end);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        inner.unpin(&pinned);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(pinned)
+    }
+
+    /// Records that the job `seqno` of the context with account `acct` uses `pinned`, and
+    /// unpins them.
+    pub fn stamp(&self, pinned: &[u32], acct: u32, seqno: u64) {
+        let mut g = self.lock();
+        for &id in pinned {
+            let b = &mut g.blocks[id as usize];
+            b.pins = b.pins.saturating_sub(1);
+            match b.uses.iter_mut().find(|(s, _)| *s == acct) {
+                Some(u) => u.1 = u.1.max(seqno),
+                None => b.uses.push((acct, seqno)),
+            }
+        }
+    }
+
+    /// Unpins blocks of a submit that failed.
+    pub fn unpin(&self, pinned: &[u32]) {
+        self.lock().unpin(pinned);
+    }
+}
+
+impl Inner {
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.free_slots.pop() {
+            Some(id) => {
+                self.blocks[id as usize] = b;
+                self.handles[id as usize] = 0;
+                id
+            }
+            None => {
+                self.blocks.push(b);
+                self.handles.push(0);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn kill_block(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        b.state = State::Dead;
+        b.uses.clear();
+        self.free_slots.push(id);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        kind: EventKind,
+        ctx: u64,
+        buffer: u64,
+        va: u64,
+        size: u64,
+        requested: u64,
+        pool: PoolKind,
+        tag: Option<&Arc<str>>,
+        site: Option<&Arc<Site>>,
+    ) {
+        self.seq += 1;
+        if let Some(h) = self.history.as_mut() {
+            h.push(Event {
+                seq: self.seq,
+                t_ns: crate::error::detail::mono_ns(),
+                kind,
+                ctx,
+                buffer,
+                va,
+                size,
+                requested,
+                pool: pool.name(),
+                tag: tag.cloned(),
+                site: site.cloned(),
+            });
+        }
+    }
+
+    /// A free block for `class` bytes aligned to `align`, carved out of the best-fitting bin.
+    fn take(&mut self, kind: PoolKind, ro: bool, class: u64, align: u64) -> Option<u32> {
+        let gran = kind.granule();
+        let need = if align > gran {
+            class.checked_add(align - gran)?
+        } else {
+            class
+        };
+        let bin = bin_of(kind, ro);
+        let id = self.bins[bin].find(&self.blocks, need)?;
+        Some(self.take_block(id, kind, class, align))
+    }
+
+    /// Carves `class` bytes aligned to `align` out of free block `id` (in a bin or fresh).
+    fn take_block(&mut self, id: u32, kind: PoolKind, class: u64, align: u64) -> u32 {
+        let bin = {
+            let s = &self.segs[self.blocks[id as usize].seg as usize];
+            bin_of(s.kind, s.read_only)
+        };
+        self.bins[bin].remove(&mut self.blocks, id);
+        let gran = kind.granule();
+        let mut id = id;
+        let (seg_va, off) = {
+            let b = &self.blocks[id as usize];
+            (self.segs[b.seg as usize].va, b.offset)
+        };
+        let start = seg_va + off;
+        let pad = start.next_multiple_of(align) - start;
+        if pad > 0 {
+            let rest = self.split(id, pad);
+            self.bins[bin].insert(&mut self.blocks, id);
+            id = rest;
+        }
+        if self.blocks[id as usize].size - class >= gran {
+            let tail = self.split(id, class);
+            self.bins[bin].insert(&mut self.blocks, tail);
+        }
+        id
+    }
+
+    /// Splits free block `id` at `at` bytes; returns the new block (the part after `at`).
+    fn split(&mut self, id: u32, at: u64) -> u32 {
+        let (seg, off, size, next) = {
+            let b = &self.blocks[id as usize];
+            (b.seg, b.offset, b.size, b.next)
+        };
+        let mut nb = Block::new(seg, off + at, size - at);
+        nb.prev = id;
+        nb.next = next;
+        let nid = self.new_block(nb);
+        if next != NIL {
+            self.blocks[next as usize].prev = nid;
+        }
+        let b = &mut self.blocks[id as usize];
+        b.size = at;
+        b.next = nid;
+        self.segs[seg as usize].set_head(off + at, nid);
+        let kind = self.segs[seg as usize].kind;
+        self.stats.cached_count.add(kind, 1);
+        nid
+    }
+
+    /// Marks `id` live for `req` and accounts it.
+    fn grant(&mut self, id: u32, req: &Request, hit: bool) -> Grant {
+        let (seg, offset, size) = {
+            let b = &mut self.blocks[id as usize];
+            b.state = State::Live;
+            b.buffer = req.buffer_id;
+            b.requested = req.size;
+            b.ctx_id = req.ctx_id;
+            b.acct = req.acct;
+            b.uses.clear();
+            b.pins = 0;
+            (b.seg, b.offset, b.size)
+        };
+        let s = &mut self.segs[seg as usize];
+        if s.busy == 0 {
+            s.epoch += 1;
+        }
+        s.busy += 1;
+        let (kind, va) = (s.kind, s.va + offset);
+        let st = &mut self.stats;
+        st.allocated_bytes.add(kind, size);
+        st.requested_bytes.add(kind, req.size);
+        st.active_bytes.add(kind, size);
+        st.cached_bytes.sub(kind, size);
+        st.allocation_count.add(kind, 1);
+        st.active_count.add(kind, 1);
+        st.cached_count.sub(kind, 1);
+        st.num_allocs += 1;
+        if hit {
+            st.num_cache_hits += 1;
+        }
+        if let Some(a) = self.accounts.get_mut(req.acct as usize) {
+            if a.ctx_id == req.ctx_id {
+                a.stats.allocated_bytes.add(size);
+                a.stats.requested_bytes.add(req.size);
+                a.stats.allocation_count.add(1);
+                a.stats.num_allocs += 1;
+                if hit {
+                    a.stats.num_cache_hits += 1;
+                }
+            }
+        }
+        let ev = if hit {
+            EventKind::Reuse
+        } else {
+            EventKind::Alloc
+        };
+        self.event(
+            ev,
+            req.ctx_id,
+            req.buffer_id,
+            va,
+            size,
+            req.size,
+            kind,
+            req.tag.as_ref(),
+            req.site.as_ref(),
+        );
+        Grant {
+            block: id,
+            seg,
+            offset,
+            va,
+            size,
+            kind,
+            hit,
+        }
+    }
+
+    fn unpin(&mut self, pinned: &[u32]) {
+        for &id in pinned {
+            let b = &mut self.blocks[id as usize];
+            b.pins = b.pins.saturating_sub(1);
+        }
+    }
+
+    /// Live -> pending or free.
+    fn free_live(&mut self, dev: &Device, id: u32, note: FreeNote) {
+        let lost = dev.is_lost();
+        let (seg, size, requested, buffer, ctx_id, acct, offset) = {
+            let b = &self.blocks[id as usize];
+            (
+                b.seg,
+                b.size,
+                b.requested,
+                b.buffer,
+                b.ctx_id,
+                b.acct,
+                b.offset,
+            )
+        };
+        let (kind, va) = {
+            let s = &self.segs[seg as usize];
+            (s.kind, s.va + offset)
+        };
+        self.handles[id as usize] = 0;
+        let st = &mut self.stats;
+        st.allocated_bytes.sub(kind, size);
+        st.requested_bytes.sub(kind, requested);
+        st.cached_bytes.add(kind, size);
+        st.allocation_count.sub(kind, 1);
+        st.cached_count.add(kind, 1);
+        st.num_frees += 1;
+        if let Some(a) = self.accounts.get_mut(acct as usize) {
+            if a.ctx_id == ctx_id {
+                a.stats.allocated_bytes.sub(size);
+                a.stats.requested_bytes.sub(requested);
+                a.stats.allocation_count.sub(1);
+                a.stats.num_frees += 1;
+            }
+        }
+        let deferred = !self.reusable(id, lost);
+        let ev = if deferred {
+            EventKind::FreeDeferred
+        } else {
+            EventKind::Free
+        };
+        self.event(
+            ev,
+            ctx_id,
+            buffer,
+            va,
+            size,
+            requested,
+            kind,
+            None,
+            note.site.as_ref(),
+        );
+        if self.ghosts.len() == GHOSTS {
+            self.ghosts.pop_front();
+        }
+        self.ghosts.push_back(Ghost {
+            va,
+            requested,
+            size,
+            buffer,
+            ctx_id,
+            seq: self.seq,
+            at_ns: note.at_ns,
+            site: note.site,
+        });
+        if deferred {
+            self.blocks[id as usize].state = State::Pending;
+            self.pending.push_back(id);
+            self.stats.num_deferred_frees += 1;
+        } else {
+            self.stats.active_bytes.sub(kind, size);
+            self.stats.active_count.sub(kind, 1);
+            self.make_free(dev, id);
+        }
+    }
+
+    fn signalled(&self, slot: u32, seq: u64) -> bool {
+        match self.accounts.get(slot as usize) {
+            Some(a) if a.live => {
+                a.timeline.lost.load(Ordering::Acquire)
+                    || a.timeline.completed.load(Ordering::Acquire) >= seq
+            }
+            _ => true,
+        }
+    }
+
+    fn reusable(&self, id: u32, lost: bool) -> bool {
+        let b = &self.blocks[id as usize];
+        b.pins == 0 && (lost || b.uses.iter().all(|&(s, q)| self.signalled(s, q)))
+    }
+
+    /// Moves pending blocks whose fences signalled to the bins; returns how many.
+    fn process_pending(&mut self, dev: &Device) -> usize {
+        let lost = dev.is_lost();
+        let mut moved = 0;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let id = self.pending[i];
+            if self.reusable(id, lost) {
+                self.pending.swap_remove_back(i);
+                let (seg, size, buffer, ctx, off) = {
+                    let b = &self.blocks[id as usize];
+                    (b.seg, b.size, b.buffer, b.ctx_id, b.offset)
+                };
+                let (kind, va) = {
+                    let s = &self.segs[seg as usize];
+                    (s.kind, s.va + off)
+                };
+                self.stats.active_bytes.sub(kind, size);
+                self.stats.active_count.sub(kind, 1);
+                self.event(
+                    EventKind::Recycle,
+                    ctx,
+                    buffer,
+                    va,
+                    size,
+                    0,
+                    kind,
+                    None,
+                    None,
+                );
+                self.make_free(dev, id);
+                moved += 1;
+            } else {
+                i += 1;
+            }
+        }
+        moved
+    }
+
+    /// Asks the backend how far the contexts that pending blocks wait for have got (`wait`:
+    /// block until their fences signal, bounded; out-of-memory recovery only).
+    fn refresh(&mut self, dev: &Device, wait: bool) {
+        if dev.is_lost() {
+            return;
+        }
+        let mut need: Vec<(u32, u64)> = Vec::new();
+        for &id in &self.pending {
+            for &(s, q) in &self.blocks[id as usize].uses {
+                if !self.signalled(s, q) {
+                    match need.iter_mut().find(|(ns, _)| *ns == s) {
+                        Some(n) => n.1 = n.1.max(q),
+                        None => need.push((s, q)),
+                    }
+                }
+            }
+        }
+        for (slot, seq) in need {
+            let (kmd, tl) = {
+                let a = &self.accounts[slot as usize];
+                (a.kmd_id, a.timeline.clone())
+            };
+            self.stats.num_kernel_calls += 1;
+            if wait {
+                let deadline = crate::error::detail::mono_ns().saturating_add(OOM_FENCE_WAIT_NS);
+                if let Ok(done) = dev.backend.wait(kmd, seq, deadline) {
+                    tl.complete(done);
+                    continue;
+                }
+                self.stats.num_kernel_calls += 1;
+            }
+            if let Ok(st) = dev.backend.ctx_state(kmd) {
+                tl.complete(st.completed_seqno);
+                if st.reset_status == uapi::ioctl::RESET_GUILTY {
+                    tl.lost.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Pending or live -> free: coalesce with free neighbours, bin it, and release or list the
+    /// segment when it became empty.
+    fn make_free(&mut self, dev: &Device, id: u32) {
+        {
+            let b = &mut self.blocks[id as usize];
+            b.state = State::Free;
+            b.uses.clear();
+            b.pins = 0;
+        }
+        let seg = self.blocks[id as usize].seg;
+        let (kind, ro) = {
+            let s = &self.segs[seg as usize];
+            (s.kind, s.read_only)
+        };
+        let bin = bin_of(kind, ro);
+        let mut id = id;
+        let next = self.blocks[id as usize].next;
+        if next != NIL && self.blocks[next as usize].state == State::Free {
+            self.bins[bin].remove(&mut self.blocks, next);
+            self.merge(id, next);
+        }
+        let prev = self.blocks[id as usize].prev;
+        if prev != NIL && self.blocks[prev as usize].state == State::Free {
+            self.bins[bin].remove(&mut self.blocks, prev);
+            self.merge(prev, id);
+            id = prev;
+        }
+        self.bins[bin].insert(&mut self.blocks, id);
+        let s = &mut self.segs[seg as usize];
+        s.busy = s.busy.saturating_sub(1);
+        if s.busy == 0 && self.blocks[id as usize].size == s.size {
+            if self.enabled {
+                self.empty.push_back((seg, s.epoch));
+            } else {
+                self.release_segment(dev, seg);
+            }
+        }
+    }
+
+    /// `a` absorbs its next neighbour `b` (both free, `b` unlinked from the bins).
+    fn merge(&mut self, a: u32, b: u32) {
+        let (bsize, bnext, boff, seg) = {
+            let x = &self.blocks[b as usize];
+            (x.size, x.next, x.offset, x.seg)
+        };
+        self.blocks[a as usize].size += bsize;
+        self.blocks[a as usize].next = bnext;
+        if bnext != NIL {
+            self.blocks[bnext as usize].prev = a;
+        }
+        self.segs[seg as usize].clear_head(boff);
+        let kind = self.segs[seg as usize].kind;
+        self.stats.cached_count.sub(kind, 1);
+        self.kill_block(b);
+    }
+
+    fn new_segment(
+        &mut self,
+        dev: &Device,
+        kind: PoolKind,
+        ro: bool,
+        size: u64,
+        align: u64,
+    ) -> Result<u32, SegErr> {
+        self.stats.num_kernel_calls += 1;
+        let gem = match dev.backend.gem_create(size) {
+            Ok(g) => g,
+            Err(e) if code_for(Op::Memory, &e) == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => {
+                return Err(SegErr::Oom(Some(e), format!("GEM create of {size} bytes")))
+            }
+            Err(e) => {
+                return Err(SegErr::Other(dev.fail(
+                    Op::Memory,
+                    e,
+                    &format!("GEM create of {size} bytes"),
+                )))
+            }
+        };
+        self.stats.num_kernel_allocs += 1;
+        let va = dev
+            .va
+            .lock()
+            .ok()
+            .and_then(|mut v| v.alloc(size, align.max(PAGE)));
+        let Some(va) = va else {
+            self.close_gem(dev, gem);
+            return Err(SegErr::Oom(
+                None,
+                format!("GPU virtual address space exhausted for {size} bytes"),
+            ));
+        };
+        let access = if ro {
+            VM_ACCESS_READ
+        } else {
+            VM_ACCESS_READ | VM_ACCESS_WRITE
+        };
+        self.stats.num_kernel_calls += 1;
+        if let Err(e) = dev.backend.vm_bind(gem, va, 0, size, access) {
+            if let Ok(mut v) = dev.va.lock() {
+                v.free(va, size);
+            }
+            self.close_gem(dev, gem);
+            let what = format!("VM bind of {size} bytes at {va:#x}");
+            return Err(
+                if code_for(Op::Memory, &e) == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY {
+                    SegErr::Oom(Some(e), what)
+                } else {
+                    SegErr::Other(dev.fail(Op::Memory, e, &what))
+                },
+            );
+        }
+        let seg_id = match self.free_segs.last() {
+            Some(&s) => s,
+            None => self.segs.len() as u32,
+        };
+        let first = self.new_block(Block::new(seg_id, 0, size));
+        let seg = Segment::new(gem, va, size, kind, ro, first);
+        if self.free_segs.pop().is_some() {
+            self.segs[seg_id as usize] = seg;
+        } else {
+            self.segs.push(seg);
+        }
+        self.index.insert(va, seg_id);
+        self.bins[bin_of(kind, ro)].insert(&mut self.blocks, first);
+        let st = &mut self.stats;
+        st.reserved_bytes.add(kind, size);
+        st.cached_bytes.add(kind, size);
+        st.segment_count.add(kind, 1);
+        st.cached_count.add(kind, 1);
+        self.event(EventKind::SegmentAlloc, 0, 0, va, size, 0, kind, None, None);
+        tracing::debug!(
+            device = dev.id,
+            gem,
+            va = format_args!("{va:#x}"),
+            size,
+            pool = kind.name(),
+            "pool: segment created"
+        );
+        Ok(seg_id)
+    }
+
+    fn close_gem(&mut self, dev: &Device, gem: u32) {
+        self.stats.num_kernel_calls += 1;
+        self.stats.num_kernel_frees += 1;
+        let _ = dev.backend.gem_close(gem);
+    }
+
+    /// Gives an empty segment back to the kernel.
+    fn release_segment(&mut self, dev: &Device, seg: u32) {
+        let (gem, va, size, kind, ro, first, host) = {
+            let s = &mut self.segs[seg as usize];
+            s.alive = false;
+            (
+                s.gem,
+                s.va,
+                s.size,
+                s.kind,
+                s.read_only,
+                s.first,
+                s.host.take(),
+            )
+        };
+        self.bins[bin_of(kind, ro)].remove(&mut self.blocks, first);
+        self.kill_block(first);
+        if let Some(m) = host {
+            self.stats.num_kernel_calls += 1;
+            let _ = dev.backend.gem_munmap(m);
+        }
+        if !dev.is_lost() {
+            self.stats.num_kernel_calls += 1;
+            let _ = dev.backend.vm_unbind(va, size);
+        }
+        if let Ok(mut v) = dev.va.lock() {
+            v.free(va, size);
+        }
+        self.close_gem(dev, gem);
+        self.index.remove(&va);
+        self.free_segs.push(seg);
+        let st = &mut self.stats;
+        st.reserved_bytes.sub(kind, size);
+        st.cached_bytes.sub(kind, size);
+        st.segment_count.sub(kind, 1);
+        st.cached_count.sub(kind, 1);
+        st.num_segments_released += 1;
+        self.event(
+            EventKind::SegmentRelease,
+            0,
+            0,
+            va,
+            size,
+            0,
+            kind,
+            None,
+            None,
+        );
+        tracing::debug!(
+            device = dev.id,
+            gem,
+            va = format_args!("{va:#x}"),
+            size,
+            pool = kind.name(),
+            "pool: segment released"
+        );
+    }
+
+    /// Releases empty segments, least recently emptied first, until at most `keep` bytes are
+    /// cached. Returns the bytes released.
+    fn release_empty(&mut self, dev: &Device, keep: u64) -> u64 {
+        let mut released = 0;
+        while self.stats.cached_bytes.all().current > keep {
+            let Some((seg, epoch)) = self.empty.pop_front() else {
+                break;
+            };
+            let s = &self.segs[seg as usize];
+            let first = &self.blocks[s.first as usize];
+            if !s.alive
+                || s.epoch != epoch
+                || s.busy != 0
+                || first.state != State::Free
+                || first.size != s.size
+            {
+                continue;
+            }
+            released += s.size;
+            self.release_segment(dev, seg);
+        }
+        released
+    }
+
+    /// The block containing `va`, if it lies in a segment.
+    fn lookup(&self, va: u64) -> Option<u32> {
+        let (&start, &seg) = self.index.range(..=va).next_back()?;
+        let s = &self.segs[seg as usize];
+        if va >= start + s.size {
+            return None;
+        }
+        let id = s.block_at(&self.blocks, va - start);
+        (id != NIL).then_some(id)
+    }
+
+    /// The most recent freed buffer containing `va` (`at_start`: starting at it).
+    fn ghost_at(&self, va: u64, at_start: bool) -> Option<&Ghost> {
+        self.ghosts.iter().rev().find(|g| {
+            if at_start {
+                g.va == va
+            } else {
+                va >= g.va && va < g.va + g.size
+            }
+        })
+    }
+
+    /// Checks one access; `Some((block, start, end))` when it lies in a live buffer.
+    fn check_access(&self, i: usize, a: &Access) -> UmdResult<Option<(u32, u64, u64)>> {
+        let rw = if a.write { "writes" } else { "reads" };
+        let what = format!(
+            "command buffer #{i}: the packet at byte offset {} {rw} [{:#x}, {:#x})",
+            a.offset,
+            a.va,
+            a.va.saturating_add(a.len)
+        );
+        let Some(id) = self.lookup(a.va) else {
+            return match self.ghost_at(a.va, false) {
+                Some(g) => Err(UmdError::new(
+                    umdResult::UMD_ERR_MEM_USE_AFTER_FREE,
+                    format!(
+                        "{what}, memory of {}; the pool has since returned it to the kernel. Free a buffer only after the last submit that uses it (the pool already defers reuse until that job's fence signals).",
+                        g.describe()
+                    ),
+                )
+                .fault_va(a.va)),
+                None => Ok(None),
+            };
+        };
+        let b = &self.blocks[id as usize];
+        let start = self.segs[b.seg as usize].va + b.offset;
+        match b.state {
+            State::Live => {
+                let end = start + b.requested;
+                if a.va.saturating_add(a.len) <= end {
+                    return Ok(Some((id, start, end)));
+                }
+                Err(UmdError::new(
+                    umdResult::UMD_ERR_MEM_OUT_OF_BOUNDS,
+                    format!(
+                        "{what}, which runs {} bytes past the end of buffer {} ({} bytes at VA {start:#x}, allocated on context {}). Pool buffers share kernel objects, so this would silently read or corrupt a neighbour instead of faulting.",
+                        a.va.saturating_add(a.len) - end,
+                        b.buffer,
+                        b.requested,
+                        b.ctx_id
+                    ),
+                )
+                .fault_va(end))
+            }
+            _ => match self.ghost_at(a.va, false) {
+                Some(g) => Err(UmdError::new(
+                    umdResult::UMD_ERR_MEM_USE_AFTER_FREE,
+                    format!(
+                        "{what}, memory of {}. Free a buffer only after the last submit that uses it (the pool already defers reuse until that job's fence signals).",
+                        g.describe()
+                    ),
+                )
+                .fault_va(a.va)),
+                None => Err(UmdError::new(
+                    umdResult::UMD_ERR_MEM_OUT_OF_BOUNDS,
+                    format!(
+                        "{what}, which is pool memory not allocated to any live buffer (never allocated, or freed more than {GHOSTS} frees ago)."
+                    ),
+                )
+                .fault_va(a.va)),
+            },
+        }
+    }
+
+    /// (largest free block, free bytes in blocks smaller than `want`).
+    fn free_profile(&self, want: u64) -> (u64, u64) {
+        let mut largest = 0;
+        let mut frag = 0;
+        for bins in &self.bins {
+            for id in bins.iter(&self.blocks) {
+                let s = self.blocks[id as usize].size;
+                largest = largest.max(s);
+                if s < want {
+                    frag += s;
+                }
+            }
+        }
+        (largest, frag)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn oom_error(
+        &self,
+        dev: &Device,
+        req: &Request,
+        class: u64,
+        kind: PoolKind,
+        released: u64,
+        kmd: Option<KmdError>,
+        what: &str,
+    ) -> UmdError {
+        let total = dev.info.mem_total;
+        let used = dev.backend.query().map(|q| q.mem_used).unwrap_or(0);
+        let st = &self.stats;
+        let reserved = st.reserved_bytes.all().current;
+        let allocated = st.allocated_bytes.all().current;
+        let cached = st.cached_bytes.all().current;
+        let pending = st.active_bytes.all().current.saturating_sub(allocated);
+        let (largest, frag) = self.free_profile(class);
+        let cause = match kmd {
+            Some(e) => format!(
+                "{what}: errno {}, reason {}",
+                crate::backend::errno_name(e.errno),
+                uapi::reason::name(e.reason)
+            ),
+            None => what.to_string(),
+        };
+        // Kept under the detail's 768 characters: every number a reader needs, PyTorch-style.
+        let m = format!(
+            "out of device memory: tried to allocate {} (requested {} bytes; {} class {}) on context {}. Device {}: device total {}, free {}. This process: {} allocated ({} buffers), {} reserved but unallocated ({} awaiting GPU fences); largest free block {}, fragmentation {}. Released {} of cache and retried once. {cause}. Try: free buffers or umdMemTrim; a smaller batch; UMD_POOL_RELEASE_THRESHOLD=256M if reserved-but-unallocated is large.",
+            human(class),
+            req.size,
+            kind.name(),
+            class,
+            req.ctx_id,
+            dev.index,
+            human(total),
+            human(total.saturating_sub(used)),
+            human(allocated),
+            st.allocation_count.all().current,
+            human(cached),
+            human(pending),
+            human(largest),
+            human(frag),
+            human(released),
+        );
+        let _ = reserved;
+        let mut e = UmdError::new(umdResult::UMD_ERR_MEM_OUT_OF_MEMORY, m).ctx(req.ctx_id);
+        if let Some(k) = kmd {
+            e = e.kmd(k.errno, k.reason);
+        }
+        e
+    }
+}
