@@ -86,6 +86,21 @@
 #define UMD_LOG_FORMAT_JSON 1
 
 /**
+ * Index of the all-pools entry in the arrays of `umdMemStats`.
+ */
+#define UMD_MEM_POOL_ALL 0
+
+/**
+ * Index of the small pool (requests up to 1 MiB, sub-allocated from 2 MiB slabs).
+ */
+#define UMD_MEM_POOL_SMALL 1
+
+/**
+ * Index of the large pool (larger requests: their own kernel objects).
+ */
+#define UMD_MEM_POOL_LARGE 2
+
+/**
  * `umdMemAlloc` flag: the GPU may only read the buffer.
  */
 #define UMD_MEM_READ_ONLY 1
@@ -709,6 +724,230 @@ typedef struct umdLogStats {
 typedef uint64_t umdBuffer;
 
 /**
+ * What umdMemAllocEx allocates. Versioned: set `struct_size = sizeof(umdMemAllocInfo)`.
+ */
+typedef struct umdMemAllocInfo {
+  /**
+   * sizeof(umdMemAllocInfo).
+   */
+  uint32_t struct_size;
+  /**
+   * 0 or UMD_MEM_READ_ONLY.
+   */
+  uint32_t flags;
+  /**
+   * Bytes (> 0).
+   */
+  uint64_t size;
+  /**
+   * Alignment of the GPU address: 0 for the default (512 bytes), else a power of two (page
+   * size and larger are honoured too).
+   */
+  uint64_t alignment;
+  /**
+   * Optional NUL-terminated label for leak reports, the history and the log (copied; NULL:
+   * none).
+   */
+  const char *tag;
+} umdMemAllocInfo;
+
+/**
+ * One gauge of the pool statistics (the shape of PyTorch's memory_stats entries).
+ */
+typedef struct umdMemCounter {
+  /**
+   * Value now.
+   */
+  uint64_t current;
+  /**
+   * Highest value since the device was opened or umdMemResetPeakStats.
+   */
+  uint64_t peak;
+  /**
+   * Sum of all increases.
+   */
+  uint64_t allocated;
+  /**
+   * Sum of all decreases.
+   */
+  uint64_t freed;
+} umdMemCounter;
+
+/**
+ * Statistics of a device's memory pool. Versioned: set `struct_size = sizeof(umdMemStats)`.
+ * Arrays are indexed by UMD_MEM_POOL_ALL / SMALL / LARGE.
+ */
+typedef struct umdMemStats {
+  /**
+   * In: sizeof(umdMemStats).
+   */
+  uint32_t struct_size;
+  /**
+   * 0 when UMD_POOL=off (one kernel object per buffer, nothing cached).
+   */
+  uint32_t pool_enabled;
+  /**
+   * Bytes held by live buffers (size-class rounded).
+   */
+  struct umdMemCounter allocated_bytes[3];
+  /**
+   * Bytes callers asked for.
+   */
+  struct umdMemCounter requested_bytes[3];
+  /**
+   * Bytes of kernel objects the pool holds.
+   */
+  struct umdMemCounter reserved_bytes[3];
+  /**
+   * Allocated bytes plus freed bytes a submitted job may still use (reuse waits for its
+   * fence).
+   */
+  struct umdMemCounter active_bytes[3];
+  /**
+   * Reserved minus allocated: free and fence-pending blocks kept for reuse.
+   */
+  struct umdMemCounter cached_bytes[3];
+  /**
+   * Live buffers.
+   */
+  struct umdMemCounter allocation_count[3];
+  /**
+   * Kernel objects held.
+   */
+  struct umdMemCounter segment_count[3];
+  /**
+   * Live plus fence-pending blocks.
+   */
+  struct umdMemCounter active_count[3];
+  /**
+   * Free plus fence-pending blocks.
+   */
+  struct umdMemCounter cached_count[3];
+  /**
+   * Successful allocations.
+   */
+  uint64_t num_allocs;
+  /**
+   * Frees.
+   */
+  uint64_t num_frees;
+  /**
+   * Allocations served from cached memory (no kernel call).
+   */
+  uint64_t num_cache_hits;
+  /**
+   * Allocations that needed a new kernel object.
+   */
+  uint64_t num_cache_misses;
+  /**
+   * Kernel objects created.
+   */
+  uint64_t num_kernel_allocs;
+  /**
+   * Kernel objects released.
+   */
+  uint64_t num_kernel_frees;
+  /**
+   * Every backend call (ioctl or mmap) the pool made.
+   */
+  uint64_t num_kernel_calls;
+  /**
+   * Allocations retried after out of memory released the cache.
+   */
+  uint64_t num_alloc_retries;
+  /**
+   * Allocations that failed with UMD_ERR_MEM_OUT_OF_MEMORY.
+   */
+  uint64_t num_ooms;
+  /**
+   * Frees deferred because a submitted job could still use the buffer.
+   */
+  uint64_t num_deferred_frees;
+  /**
+   * umdMemTrim calls.
+   */
+  uint64_t num_trims;
+  /**
+   * Kernel objects released by trims, the release threshold or out-of-memory recovery.
+   */
+  uint64_t num_segments_released;
+  /**
+   * Largest free block now.
+   */
+  uint64_t largest_free_block;
+  /**
+   * Free bytes in blocks smaller than the largest recent request (they cannot serve it).
+   */
+  uint64_t fragmentation_bytes;
+  /**
+   * Largest request (rounded) among the last 64 allocations.
+   */
+  uint64_t largest_recent_request;
+  /**
+   * Cached bytes the pool keeps at most (UINT64_MAX: no limit).
+   */
+  uint64_t release_threshold;
+  /**
+   * Capacity of the history ring (0: off; UMD_POOL_HISTORY).
+   */
+  uint64_t history_capacity;
+  /**
+   * Events recorded so far (the ring keeps the last history_capacity).
+   */
+  uint64_t history_events;
+  /**
+   * Device memory in total.
+   */
+  uint64_t device_total;
+  /**
+   * Device memory free now (all processes).
+   */
+  uint64_t device_free;
+} umdMemStats;
+
+/**
+ * Per-context memory accounting. Versioned: set `struct_size` first.
+ */
+typedef struct umdMemContextStats {
+  /**
+   * In: sizeof(umdMemContextStats).
+   */
+  uint32_t struct_size;
+  /**
+   * Must be ignored.
+   */
+  uint32_t reserved;
+  /**
+   * The context's id (as in log lines: ctx=N).
+   */
+  uint64_t context_id;
+  /**
+   * Bytes of live buffers allocated on the context (rounded).
+   */
+  struct umdMemCounter allocated_bytes;
+  /**
+   * Bytes asked for.
+   */
+  struct umdMemCounter requested_bytes;
+  /**
+   * Live buffers.
+   */
+  struct umdMemCounter allocation_count;
+  /**
+   * Allocations.
+   */
+  uint64_t num_allocs;
+  /**
+   * Frees.
+   */
+  uint64_t num_frees;
+  /**
+   * Allocations served from cached memory.
+   */
+  uint64_t num_cache_hits;
+} umdMemContextStats;
+
+/**
  * A fence: completion of a submitted job, as (context, sequence number). Seqno 0 is always
  * signalled.
  */
@@ -840,7 +1079,8 @@ umdResult umdContextCreate(umdDevice device,
 /**
  * Destroys a context after its submitted work completes (bounded by the driver's job timeout).
  * Buffers allocated on it that are still live are reported as leaks (WARN, one line each: size,
- * age, VA) and freed; command buffers created on it are destroyed.
+ * age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on, then a summary line)
+ * and freed; command buffers created on it are destroyed.
  */
 UMD_MUST_USE umdResult umdContextDestroy(umdContext context);
 
@@ -989,7 +1229,25 @@ umdResult umdMemAlloc(umdContext context,
                       umdBuffer *buffer);
 
 /**
- * Frees a buffer. The caller must not free memory that submitted, unfinished work still uses.
+ * Allocates with an alignment and a tag (`info->struct_size = sizeof(umdMemAllocInfo)`).
+ */
+UMD_MUST_USE
+umdResult umdMemAllocEx(umdContext context,
+                        const struct umdMemAllocInfo *info,
+                        umdBuffer *buffer);
+
+/**
+ * Frees the buffer whose GPU address is `address`, allocated on `context` (the device-pointer
+ * style of frameworks). Errors: UMD_ERR_MEM_DOUBLE_FREE (already freed),
+ * UMD_ERR_MEM_WRONG_CONTEXT (allocated on another context), UMD_ERR_MEM_INVALID_FREE (not the
+ * start of a live buffer of this device: foreign, never allocated, or an interior address).
+ */
+UMD_MUST_USE umdResult umdMemFreeAddress(umdContext context, umdDevicePtr address);
+
+/**
+ * Frees a buffer. Freeing while submitted work still uses it is safe: the pool reuses the memory
+ * only after that work's fence signals (but a later submit that uses it fails with
+ * UMD_ERR_MEM_USE_AFTER_FREE).
  */
 UMD_MUST_USE umdResult umdMemFree(umdBuffer buffer);
 
@@ -1022,6 +1280,53 @@ umdResult umdMemcpyHtoD(umdBuffer buffer,
  * work that writes it has completed: wait on its fence first).
  */
 UMD_MUST_USE umdResult umdMemcpyDtoH(void *dst, umdBuffer buffer, uint64_t offset, uint64_t size);
+
+/**
+ * Fills `*stats` with the statistics of `device`'s memory pool (set `stats->struct_size`).
+ */
+UMD_MUST_USE umdResult umdMemGetStats(umdDevice device, struct umdMemStats *stats);
+
+/**
+ * Fills `*stats` with the memory accounting of `context` (set `stats->struct_size`).
+ */
+UMD_MUST_USE umdResult umdMemGetContextStats(umdContext context, struct umdMemContextStats *stats);
+
+/**
+ * Sets every peak of the device's pool statistics (and of its contexts) to the current value.
+ */
+UMD_MUST_USE umdResult umdMemResetPeakStats(umdDevice device);
+
+/**
+ * Returns cached memory to the kernel until at most `keep_bytes` stay cached (0: everything
+ * that can go). Only whole kernel objects with no live buffer can go, and blocks that submitted
+ * work may still use stay until their fence signals. `*released_bytes` (may be NULL) receives
+ * what was released.
+ */
+UMD_MUST_USE umdResult umdMemTrim(umdDevice device, uint64_t keep_bytes, uint64_t *released_bytes);
+
+/**
+ * Keeps at most `bytes` cached: after each free, cached kernel objects beyond it are released
+ * (UINT64_MAX: no limit, the default; UMD_POOL_RELEASE_THRESHOLD sets it at start). Applies
+ * now too.
+ */
+UMD_MUST_USE umdResult umdMemSetReleaseThreshold(umdDevice device, uint64_t bytes);
+
+/**
+ * Copies the allocation history (UMD_POOL_HISTORY=N; one JSON object per line, oldest first,
+ * NUL-terminated) into `buf`. `*written` receives the bytes needed including the NUL; with
+ * `buf` NULL and `buf_size` 0 only that size is returned. A too small buffer fails with
+ * UMD_ERR_INVALID_SIZE (nothing written). With the history off the text is empty.
+ */
+UMD_MUST_USE
+umdResult umdMemDumpHistory(umdDevice device,
+                            char *buf,
+                            uint64_t buf_size,
+                            uint64_t *written);
+
+/**
+ * Writes the allocation history as JSON lines to the file `path` (created or truncated).
+ */
+UMD_MUST_USE umdResult umdMemDumpHistoryToFile(umdDevice device, const char *path);
 
 /**
  * Submits `count` ended command buffers as one job on `context`, after the `num_waits` fences

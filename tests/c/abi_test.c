@@ -209,6 +209,176 @@ int main(void) {
         MUST(umdCmdBufDestroy(mine));
     }
 
+
+    /* ==== memory pool (issue 6): statistics, reuse gated on fences, validation, trim, history ====
+     * Added with the caching pool; uses its own contexts so the checks below are unaffected. */
+    {
+        umdContext cp, cq;
+        MUST(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &cp));
+        MUST(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &cq));
+        umdMemStats s0, s1;
+        memset(&s0, 0, sizeof s0);
+        EXPECT_CODE("pool stats struct_size 0", umdMemGetStats(dev, &s0), UMD_ERR_INVALID_STRUCT_SIZE);
+        EXPECT_CODE("pool stats NULL", umdMemGetStats(dev, NULL), UMD_ERR_INVALID_POINTER);
+        s0.struct_size = sizeof s0;
+        MUST(umdMemGetStats(dev, &s0));
+        report("pool stats: pool on, device total", s0.pool_enabled == 1 && s0.device_total == info.mem_total &&
+                                                        s0.reserved_bytes[UMD_MEM_POOL_ALL].current >= (2u << 20),
+               "unexpected stats");
+        /* A 100-byte request takes a 512-byte small block; freeing and allocating again reuses it. */
+        umdBuffer p1, p2;
+        umdDevicePtr a1 = 0, a2 = 0;
+        MUST(umdMemAlloc(cp, 100, 0, &p1));
+        MUST(umdMemGetAddress(p1, &a1));
+        s1.struct_size = sizeof s1;
+        MUST(umdMemGetStats(dev, &s1));
+        report("pool stats: exact allocated/requested deltas",
+               s1.allocated_bytes[UMD_MEM_POOL_SMALL].current - s0.allocated_bytes[UMD_MEM_POOL_SMALL].current == 512 &&
+                   s1.requested_bytes[UMD_MEM_POOL_ALL].current - s0.requested_bytes[UMD_MEM_POOL_ALL].current == 100 &&
+                   s1.num_allocs - s0.num_allocs == 1 && s1.num_kernel_allocs == s0.num_kernel_allocs,
+               "wrong deltas");
+        MUST(umdMemFree(p1));
+        MUST(umdMemAlloc(cp, 100, 0, &p2));
+        MUST(umdMemGetAddress(p2, &a2));
+        MUST(umdMemGetStats(dev, &s0));
+        report("freed block reused (same VA, a cache hit)", a1 == a2 && s0.num_cache_hits - s1.num_cache_hits == 1, "not reused");
+        umdMemContextStats cs;
+        memset(&cs, 0, sizeof cs);
+        cs.struct_size = sizeof cs;
+        MUST(umdMemGetContextStats(cp, &cs));
+        report("context stats", cs.allocated_bytes.current == 512 && cs.requested_bytes.current == 100 &&
+                                    cs.num_allocs == 2 && cs.num_frees == 1 && cs.allocation_count.peak == 1,
+               "wrong context stats");
+
+        /* Alignment and tags. */
+        umdMemAllocInfo ai;
+        memset(&ai, 0, sizeof ai);
+        ai.struct_size = sizeof ai;
+        ai.size = 3000;
+        ai.alignment = 65536;
+        ai.tag = "pool-test-aligned";
+        umdBuffer al;
+        umdDevicePtr ava = 0;
+        MUST(umdMemAllocEx(cp, &ai, &al));
+        MUST(umdMemGetAddress(al, &ava));
+        report("alignment honoured", ava % 65536 == 0, "misaligned");
+        ai.alignment = 3000;
+        EXPECT_CODE("alignment not a power of two", umdMemAllocEx(cp, &ai, &al), UMD_ERR_INVALID_ARGUMENT);
+        ai.struct_size = 4;
+        EXPECT_CODE("alloc info struct_size too small", umdMemAllocEx(cp, &ai, &al), UMD_ERR_INVALID_STRUCT_SIZE);
+
+        /* Free by address: wrong context, interior, success, double free, never allocated. */
+        EXPECT_CODE("free on the wrong context", umdMemFreeAddress(cq, ava), UMD_ERR_MEM_WRONG_CONTEXT);
+        expect_detail("wrong context detail", UMD_ERR_MEM_WRONG_CONTEXT, "umdMemFreeAddress", "allocated on context");
+        EXPECT_CODE("free of an interior address", umdMemFreeAddress(cp, ava + 64), UMD_ERR_MEM_INVALID_FREE);
+        expect_detail("interior free detail", UMD_ERR_MEM_INVALID_FREE, "umdMemFreeAddress", "64 bytes into buffer");
+        EXPECT_CODE("free by address", umdMemFreeAddress(cp, ava), UMD_SUCCESS);
+        EXPECT_CODE("freed handle is gone", umdMemFree(al), UMD_ERR_INVALID_HANDLE);
+        EXPECT_CODE("double free by address", umdMemFreeAddress(cp, ava), UMD_ERR_MEM_DOUBLE_FREE);
+        expect_detail("double free detail", UMD_ERR_MEM_DOUBLE_FREE, "umdMemFreeAddress", "double free of");
+        EXPECT_CODE("free of a never-allocated address", umdMemFreeAddress(cp, 0x7f0000000ull), UMD_ERR_MEM_INVALID_FREE);
+        expect_detail("never allocated detail", UMD_ERR_MEM_INVALID_FREE, "umdMemFreeAddress", "never allocated");
+
+        /* Use after free and out of bounds are rejected at submit, precisely. */
+        umdBuffer x;
+        umdDevicePtr xva = 0;
+        MUST(umdMemAlloc(cp, 4096, 0, &x));
+        MUST(umdMemGetAddress(x, &xva));
+        umdCmdBuf oob = fill_cmd(cp, xva, 8192, 7);
+        umdFence f;
+        EXPECT_CODE("out-of-bounds access rejected at submit", umdSubmit(cp, &oob, 1, NULL, 0, &f), UMD_ERR_MEM_OUT_OF_BOUNDS);
+        expect_detail("out-of-bounds detail", UMD_ERR_MEM_OUT_OF_BOUNDS, "umdSubmit", "past the end of buffer");
+        umdCmdBuf uaf = fill_cmd(cp, xva, 4096, 7);
+        MUST(umdMemFree(x));
+        EXPECT_CODE("use after free rejected at submit", umdSubmit(cp, &uaf, 1, NULL, 0, &f), UMD_ERR_MEM_USE_AFTER_FREE);
+        expect_detail("use-after-free detail", UMD_ERR_MEM_USE_AFTER_FREE, "umdSubmit", "packet at byte offset 0 writes");
+        report("use-after-free detail has the VA", detail().fault_va == xva, "no fault VA");
+        MUST(umdCmdBufDestroy(oob));
+        MUST(umdCmdBufDestroy(uaf));
+
+        /* Reuse waits for the fence: a job blocked on a flag uses y; y freed meanwhile is not
+         * handed out again until the job completed. */
+        umdBuffer flag, y, y2, y3;
+        umdDevicePtr fva = 0, yva = 0, y2va = 0, y3va = 0;
+        MUST(umdMemAlloc(cp, 4096, 0, &flag));
+        MUST(umdMemAlloc(cp, 8192, 0, &y));
+        MUST(umdMemGetAddress(flag, &fva));
+        MUST(umdMemGetAddress(y, &yva));
+        umdCmdBuf gate;
+        MUST(umdCmdBufCreate(cp, &gate));
+        MUST(umdCmdBufBegin(gate));
+        MUST(umdCmdWaitValue(gate, fva, 1));
+        MUST(umdCmdFill(gate, yva, 8192, 0x99));
+        MUST(umdCmdBufEnd(gate));
+        MUST(umdSubmit(cp, &gate, 1, NULL, 0, &f));
+        MUST(umdMemGetStats(dev, &s0));
+        MUST(umdMemFree(y));
+        MUST(umdMemGetStats(dev, &s1));
+        report("free while in use is deferred", s1.num_deferred_frees - s0.num_deferred_frees == 1 &&
+                                                    s1.active_bytes[UMD_MEM_POOL_ALL].current == s0.active_bytes[UMD_MEM_POOL_ALL].current,
+               "not deferred");
+        MUST(umdMemAlloc(cp, 8192, 0, &y2));
+        MUST(umdMemGetAddress(y2, &y2va));
+        report("not reused before the fence", y2va != yva, "reused while the job runs");
+        uint64_t one = 1;
+        MUST(umdMemcpyHtoD(flag, 0, &one, 8));
+        EXPECT_CODE("gated job completes", umdFenceWait(&f, 10 * SEC), UMD_SUCCESS);
+        MUST(umdMemAlloc(cp, 8192, 0, &y3));
+        MUST(umdMemGetAddress(y3, &y3va));
+        report("reused after the fence", y3va == yva, "not reused after the fence");
+        MUST(umdCmdBufDestroy(gate));
+        MUST(umdMemFree(y2));
+        MUST(umdMemFree(y3));
+        MUST(umdMemFree(flag));
+
+        /* Trim and release threshold: exact accounting of what went back to the kernel. */
+        umdBuffer big;
+        MUST(umdMemAlloc(cp, 3u << 20, 0, &big));
+        MUST(umdMemFree(big));
+        MUST(umdMemGetStats(dev, &s0));
+        uint64_t released = 0;
+        EXPECT_CODE("trim", umdMemTrim(dev, 0, &released), UMD_SUCCESS);
+        MUST(umdMemGetStats(dev, &s1));
+        report("trim released the cached large block", released >= (3u << 20) &&
+                   s0.reserved_bytes[UMD_MEM_POOL_ALL].current - s1.reserved_bytes[UMD_MEM_POOL_ALL].current == released &&
+                   s1.num_trims == s0.num_trims + 1,
+               "wrong trim accounting");
+        MUST(umdMemSetReleaseThreshold(dev, 0));
+        MUST(umdMemAlloc(cp, 3u << 20, 0, &big));
+        MUST(umdMemFree(big));
+        MUST(umdMemGetStats(dev, &s1));
+        report("release threshold 0 keeps nothing cached", s1.release_threshold == 0 &&
+                   s1.cached_bytes[UMD_MEM_POOL_LARGE].current == 0 && s1.segment_count[UMD_MEM_POOL_LARGE].current == 0,
+               "large segment still cached");
+        MUST(umdMemSetReleaseThreshold(dev, UINT64_MAX));
+
+        /* History (off here: UMD_POOL_HISTORY unset) and peak reset. */
+        uint64_t need = 0;
+        EXPECT_CODE("history size query", umdMemDumpHistory(dev, NULL, 0, &need), UMD_SUCCESS);
+        report("history off: empty text", need == 1, "history not empty");
+        char tiny[1];
+        EXPECT_CODE("history into a buffer of its size", umdMemDumpHistory(dev, tiny, sizeof tiny, &need), UMD_SUCCESS);
+        MUST(umdMemResetPeakStats(dev));
+        MUST(umdMemGetStats(dev, &s1));
+        report("peak reset", s1.allocated_bytes[UMD_MEM_POOL_ALL].peak == s1.allocated_bytes[UMD_MEM_POOL_ALL].current, "peak not reset");
+
+        /* Leak report at context destroy: the leaked buffer is freed and its handle dies. */
+        umdBuffer leak;
+        ai.struct_size = sizeof ai;
+        ai.alignment = 0;
+        ai.size = 1000;
+        ai.tag = "leaked-on-purpose";
+        MUST(umdMemAllocEx(cq, &ai, &leak));
+        MUST(umdMemGetStats(dev, &s0));
+        EXPECT_CODE("destroy a context with a leak", umdContextDestroy(cq), UMD_SUCCESS);
+        MUST(umdMemGetStats(dev, &s1));
+        report("leaked buffer freed", s0.allocation_count[UMD_MEM_POOL_ALL].current - s1.allocation_count[UMD_MEM_POOL_ALL].current == 1,
+               "leak not freed");
+        EXPECT_CODE("leaked handle is gone", umdMemFree(leak), UMD_ERR_INVALID_HANDLE);
+        MUST(umdMemFree(p2));
+        MUST(umdContextDestroy(cp));
+    }
+
     /* ---- command buffers ---- */
     umdCmdBuf cb;
     MUST(umdCmdBufCreate(ctx, &cb));

@@ -25,7 +25,8 @@ pub extern "C" fn umdContextCreate(
 
 /// Destroys a context after its submitted work completes (bounded by the driver's job timeout).
 /// Buffers allocated on it that are still live are reported as leaks (WARN, one line each: size,
-/// age, VA) and freed; command buffers created on it are destroyed.
+/// age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on, then a summary line)
+/// and freed; command buffers created on it are destroyed.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
@@ -38,18 +39,37 @@ pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
                 let _ = CMDBUFS.remove(h);
             }
         }
+        // Leak report: one WARN line per buffer still allocated (size, age, tag, and the call
+        // site when the history is on), then a summary; the buffers are freed.
+        let (mut n, mut bytes) = (0u64, 0u64);
         for (h, b) in BUFFERS.live() {
             if b.ctx_id == ctx.id {
+                n += 1;
+                bytes += b.size;
+                let site = b.site.as_ref().map(|s| s.describe());
                 tracing::warn!(
                     ctx = ctx.id,
                     buffer = b.id,
                     size = b.size,
+                    class = b.alloc_size,
                     age_ms = b.born.elapsed().as_millis() as u64,
+                    tag = b.tag.as_deref().unwrap_or("-"),
                     va = format_args!("{:#x}", b.va),
+                    site = site
+                        .as_deref()
+                        .unwrap_or("- (UMD_POOL_HISTORY=N records it)"),
                     "leak: buffer still allocated at umdContextDestroy; freeing it"
                 );
                 let _ = BUFFERS.remove(h);
             }
+        }
+        if n > 0 {
+            tracing::warn!(
+                ctx = ctx.id,
+                buffers = n,
+                bytes,
+                "leak summary: {n} buffers ({bytes} bytes) were still allocated at umdContextDestroy"
+            );
         }
         if let Ok(mut q) = ctx.inflight.lock() {
             q.clear();

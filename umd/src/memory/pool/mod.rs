@@ -245,6 +245,11 @@ fn pools() -> MutexGuard<'static, Vec<Arc<Pool>>> {
     v
 }
 
+/// How many freed buffers the pool remembers for reports.
+pub fn ghost_capacity() -> usize {
+    GHOSTS
+}
+
 /// CLOCK_MONOTONIC_COARSE in ns (a few ns: good enough for ages and "freed N ms ago").
 pub fn coarse_now_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -405,16 +410,21 @@ impl Pool {
         inner.recent[inner.recent_at % 64] = class;
         inner.recent_at += 1;
         if inner.enabled {
+            if !inner.pending.is_empty() {
+                // Blocks whose fences were seen signalled (waits and queries update the
+                // timelines): atomics only, no kernel call.
+                inner.process_pending(dev);
+            }
             if let Some(id) = inner.take(kind, req.read_only, class, align) {
                 return Ok(inner.grant(id, req, true));
             }
             if !inner.pending.is_empty() {
-                if inner.process_pending(dev) == 0 {
-                    inner.refresh(dev, false);
-                    inner.process_pending(dev);
-                }
-                if let Some(id) = inner.take(kind, req.read_only, class, align) {
-                    return Ok(inner.grant(id, req, true));
+                // Ask the kernel how far the contexts got before creating a new object.
+                inner.refresh(dev, false);
+                if inner.process_pending(dev) > 0 {
+                    if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                        return Ok(inner.grant(id, req, true));
+                    }
                 }
             }
         }
