@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0
+//! aigpu: DRM render driver for the aigpu virtual AI GPU (Rust for Linux 7.3).
+//!
+//! Module root: the `module!` declaration and its parameters, the modinfo version, and the
+//! module object that owns one faux device + DRM registration per virtual GPU.
+//!
+//! Layout (one concern per file, after drivers/gpu/drm/tyr):
+//! - `driver.rs` — the `drm::Driver` implementation, per-device data, device creation;
+//! - `file.rs`   — per-open-file state: the GPU address space and the set of our GEM objects;
+//! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign
+//!                 objects;
+//! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
+//! - `pt.rs`     — page-table pages in the format of docs/hw-spec.md section 5;
+//! - `ioctl.rs`  — the ioctl table, the trampoline that reports `reason`, argument checks;
+//! - `query.rs`  — the query ioctl.
+//!
+//! Every constant and argument struct of the user-space contract comes from the `uapi` crate,
+//! included below by path so it exists exactly once.
+
+use kernel::prelude::*;
+
+mod driver;
+mod file;
+mod gem;
+mod ioctl;
+mod pt;
+mod query;
+mod vm;
+
+/// The shared user/kernel/hardware contract (`uapi/src/v1`), compiled into the module.
+#[path = "../uapi/src/v1/mod.rs"]
+#[allow(dead_code, unreachable_pub, clippy::all)]
+mod uapi;
+
+module! {
+    type: AigpuModule,
+    name: "aigpu",
+    authors: ["aigpu project"],
+    description: "DRM render driver for the aigpu virtual AI GPU",
+    license: "GPL",
+    params: {
+        num_devices: u32 {
+            default: 1,
+            description: "Number of virtual AI GPUs to create (1..=8, default 1)",
+        },
+        mem_mib: u32 {
+            default: 256,
+            description: "GEM memory each virtual GPU may allocate, in MiB (1..=16384, default 256)",
+        },
+    },
+}
+
+// `module!` has no version field: emit the modinfo string by hand, the way it emits the others.
+// The string must match `uapi::version::DRIVER_VERSION` (checked at compile time below).
+#[cfg(MODULE)]
+#[link_section = ".modinfo"]
+#[used]
+static __AIGPU_VERSION: [u8; 14] = *b"version=0.1.0\0";
+const _: () = assert!(
+    uapi::version::DRIVER_VERSION.0 == 0
+        && uapi::version::DRIVER_VERSION.1 == 1
+        && uapi::version::DRIVER_VERSION.2 == 0
+);
+
+/// Largest accepted `num_devices`.
+const MAX_DEVICES: u32 = 8;
+/// Largest accepted `mem_mib` (16 GiB).
+const MAX_MEM_MIB: u32 = 16384;
+
+struct AigpuModule {
+    /// One entry per virtual GPU; dropped in order (each entry unregisters its DRM device before
+    /// destroying its faux device).
+    _gpus: KVec<driver::Gpu>,
+}
+
+impl kernel::Module for AigpuModule {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let n = module_parameters::num_devices.value();
+        let mem_mib = module_parameters::mem_mib.value();
+        if n == 0 || n > MAX_DEVICES {
+            pr_err!("num_devices={} out of range 1..={}\n", n, MAX_DEVICES);
+            return Err(EINVAL);
+        }
+        if mem_mib == 0 || mem_mib > MAX_MEM_MIB {
+            pr_err!("mem_mib={} out of range 1..={}\n", mem_mib, MAX_MEM_MIB);
+            return Err(EINVAL);
+        }
+        let mut gpus = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        for index in 0..n {
+            // On failure the GPUs created so far are torn down when `gpus` drops.
+            gpus.push(driver::Gpu::new(index, u64::from(mem_mib) << 20)?, GFP_KERNEL)?;
+        }
+        Ok(Self { _gpus: gpus })
+    }
+}

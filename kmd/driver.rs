@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The DRM driver: `drm::Driver` implementation, per-device data and the creation of one
+//! virtual GPU (faux parent device + DRM registration with a render node).
+
+use core::ptr::NonNull;
+
+use kernel::{
+    bindings, device, drm, faux,
+    prelude::*,
+    str::CString,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
+
+use crate::{
+    file::AigpuFile,
+    gem::{Gem, MemAccount},
+    ioctl, uapi,
+};
+
+/// The aigpu DRM driver type.
+pub(crate) struct AigpuDriver;
+
+/// A DRM device of this driver.
+pub(crate) type AigpuDevice<Ctx = drm::Normal> = drm::Device<AigpuDriver, Ctx>;
+/// A DRM device of this driver that is registered (what ioctls get).
+pub(crate) type RegDevice = drm::Device<AigpuDriver, drm::Registered>;
+/// An open DRM file of this driver.
+pub(crate) type DrmFile = drm::File<AigpuFile>;
+
+/// Counters shared by a device and everything allocated on its behalf.
+pub(crate) struct Stats {
+    /// Page-table pages currently allocated by all address spaces of the device.
+    pub(crate) pt_pages: Atomic<u64>,
+    /// Live VM mappings of all address spaces of the device.
+    pub(crate) mappings: Atomic<u64>,
+}
+
+/// Per-device data, owned by the `drm::Device`.
+pub(crate) struct DeviceData {
+    /// Index of this virtual GPU (`aigpu<index>`).
+    pub(crate) index: u32,
+    /// GEM memory accounting (the `mem_mib` budget); GEM objects hold a reference.
+    pub(crate) mem: Arc<MemAccount>,
+    /// Page-table and mapping counters; page-table pages hold a reference.
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl Drop for DeviceData {
+    fn drop(&mut self) {
+        // Runs when the last reference to the DRM device goes, i.e. after every file and object
+        // is gone: anything still accounted here was leaked.
+        let used = self.mem.used();
+        let pt = self.stats.pt_pages.load(Relaxed);
+        let maps = self.stats.mappings.load(Relaxed);
+        if used != 0 || pt != 0 || maps != 0 {
+            pr_err!(
+                "LEAK: aigpu{}: {} bytes of GEM memory, {} page-table pages, {} mappings still accounted at device release\n",
+                self.index,
+                used,
+                pt,
+                maps
+            );
+        }
+    }
+}
+
+const DRIVER_NAME: &CStr = c"aigpu";
+// The DRM name user space matches on is part of the contract: it must be uapi's.
+const _: () = {
+    let a = DRIVER_NAME.to_bytes();
+    let b = uapi::version::DRIVER_NAME.as_bytes();
+    assert!(a.len() == b.len());
+    let mut i = 0;
+    while i < a.len() {
+        assert!(a[i] == b[i]);
+        i += 1;
+    }
+};
+
+#[vtable]
+impl drm::Driver for AigpuDriver {
+    type Data = DeviceData;
+    type RegistrationData<'a> = ();
+    type Object = Gem;
+    type File = AigpuFile;
+    type ParentDevice<Ctx: device::DeviceContext> = faux::Device<Ctx>;
+
+    const INFO: drm::DriverInfo = drm::DriverInfo {
+        major: uapi::version::DRIVER_VERSION.0 as i32,
+        minor: uapi::version::DRIVER_VERSION.1 as i32,
+        patchlevel: uapi::version::DRIVER_VERSION.2 as i32,
+        name: DRIVER_NAME,
+        desc: c"aigpu virtual AI GPU",
+    };
+    const FEAT_RENDER: bool = true;
+    const IOCTLS: &'static [drm::ioctl::DrmIoctlDescriptor] = ioctl::IOCTLS;
+}
+
+/// Owns a faux device registration that was leaked to `'static`, so that the DRM registration
+/// (which borrows its parent device for `'a`) can live in the module object.
+struct FauxOwner(NonNull<faux::Registration>);
+
+// SAFETY: `faux::Registration` is `Send + Sync`; `FauxOwner` only hands out shared references.
+unsafe impl Send for FauxOwner {}
+// SAFETY: see above.
+unsafe impl Sync for FauxOwner {}
+
+impl Drop for FauxOwner {
+    fn drop(&mut self) {
+        // SAFETY: the pointer comes from `KBox::into_raw` in `Gpu::new`, and the DRM registration
+        // that borrowed it has been dropped before (field order in `Gpu`).
+        drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// One virtual GPU: its faux parent device and its DRM registration.
+pub(crate) struct Gpu {
+    // Field order is drop order: unregister (unplug) the DRM device first, then destroy the faux
+    // device it borrows.
+    _drm: drm::Registration<'static, AigpuDriver>,
+    _faux: FauxOwner,
+}
+
+/// DMA mask of the device: page-table entries hold 52-bit physical addresses (bits 51:12).
+const DMA_MASK_52: u64 = (1u64 << 52) - 1;
+
+/// Gives the faux device a DMA mask so the DMA API (page-table pages, GEM sg tables) works.
+///
+/// A faux device is created without `dma_mask`; the DMA API warns and fails on such a device.
+/// Platform devices point `dma_mask` at their own `coherent_dma_mask`; do the same.
+fn set_dma_mask(dev: &device::Device<device::Bound>) -> Result {
+    // `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
+    let raw = core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut();
+    // SAFETY: `raw` points to the live `struct device` of the faux device this driver just
+    // created (interior mutability through `Opaque`). Nobody maps or allocates DMA memory for it
+    // yet (the DRM device does not exist), so changing the masks cannot race with the DMA API.
+    unsafe {
+        (*raw).dma_mask = &raw mut (*raw).coherent_dma_mask;
+        kernel::error::to_result(bindings::dma_set_mask_and_coherent(raw, DMA_MASK_52))
+    }
+}
+
+impl Gpu {
+    /// Creates virtual GPU number `index` with a GEM budget of `mem_total` bytes.
+    pub(crate) fn new(index: u32, mem_total: u64) -> Result<Self> {
+        let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
+        let reg = KBox::new(faux::Registration::new(&name, None)?, GFP_KERNEL)?;
+        let faux_raw = KBox::into_raw(reg);
+        // `into_raw` never returns null; wrap it at once so every error path frees it.
+        let faux = FauxOwner(NonNull::new(faux_raw).ok_or(ENOMEM)?);
+        // SAFETY: the registration lives until `faux` is dropped, which happens after the DRM
+        // registration borrowing it (field order in `Gpu`, and in the error paths below the DRM
+        // objects are dropped before `faux` goes out of scope).
+        let fdev: &'static faux::Device<device::Bound> = unsafe { (*faux_raw).as_ref() };
+        set_dma_mask(fdev.as_ref())?;
+
+        let data = DeviceData {
+            index,
+            mem: Arc::new(MemAccount::new(mem_total), GFP_KERNEL)?,
+            stats: Arc::new(
+                Stats {
+                    pt_pages: Atomic::new(0),
+                    mappings: Atomic::new(0),
+                },
+                GFP_KERNEL,
+            )?,
+        };
+        let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(fdev, Ok(data))?;
+        // SAFETY: the registration is stored in `Gpu` and never forgotten.
+        let drm = unsafe { drm::Registration::new(fdev.as_ref(), unreg, (), 0)? };
+
+        // The one probe line: device, UAPI version, driver version, memory size.
+        let dev_name = fdev.as_ref().name();
+        // SAFETY: `_printk` is variadic; every conversion in the format matches its argument:
+        // `%s` a NUL-terminated string that outlives the call, `%u` a C unsigned int (u32), `%llu`
+        // a C unsigned long long (u64).
+        unsafe {
+            bindings::_printk(
+                c"\x016aigpu %s: virtual AI GPU, UAPI %u.%u, driver %u.%u.%u, %llu MiB\n".as_char_ptr(),
+                dev_name.as_char_ptr(),
+                uapi::version::UAPI_MAJOR,
+                uapi::version::UAPI_MINOR,
+                uapi::version::DRIVER_VERSION.0,
+                uapi::version::DRIVER_VERSION.1,
+                uapi::version::DRIVER_VERSION.2,
+                mem_total >> 20,
+            )
+        };
+        Ok(Self {
+            _drm: drm,
+            _faux: faux,
+        })
+    }
+}

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The ioctl table, the trampoline that reports a `reason` with every failure, and the argument
+//! validation of every ioctl.
+//!
+//! How the reason reaches user space on failure: `drm_ioctl()` (drivers/gpu/drm/drm_ioctl.c)
+//! copies the argument struct into a kernel buffer, calls the driver function on it and then
+//! copies the buffer back to the user pointer *unconditionally* (`copy_to_user(arg, kdata,
+//! out_size)` right after `drm_ioctl_kernel()`, whatever `retcode` is; all aigpu ioctls are
+//! `_IOWR`, so `out_size` is the struct size). The trampoline below therefore clears `reason`
+//! on entry and writes the failure's reason into the kernel copy before returning the negative
+//! errno; the core's copy-back delivers it together with the errno. Failures before the driver
+//! is called (`ENOTTY`/`EINVAL` for an unknown number, `EFAULT`, `EACCES` from the permission
+//! check, `ENODEV` after unplug) leave the struct as user space passed it, so user space must
+//! zero `reason` before the call; `docs/kmd.md` says so.
+//!
+//! `kernel::declare_drm_ioctls!` only accepts structs of the kernel's own `uapi` crate, so the
+//! descriptors are built here with the same public helpers (as in the spike prototype).
+
+use core::ffi::{c_int, c_void};
+
+use kernel::{
+    bindings,
+    drm::{self, gem::BaseObject},
+    prelude::*,
+};
+
+use crate::{
+    driver::{AigpuDriver, DrmFile, RegDevice},
+    file::AigpuFile,
+    gem::{self, MemAccount},
+    query,
+    uapi::{ioctl as u, reason, version},
+    vm::BindArgs,
+};
+
+/// An ioctl failure: the errno returned and the reason written to the argument struct.
+pub(crate) struct Fail {
+    pub(crate) err: Error,
+    pub(crate) reason: u32,
+}
+
+/// Builds a [`Fail`].
+pub(crate) fn fail(err: Error, reason: u32) -> Fail {
+    Fail { err, reason }
+}
+
+/// What an ioctl handler returns.
+pub(crate) type IoctlResult = core::result::Result<(), Fail>;
+
+/// Argument structs with a `reason` out-field.
+pub(crate) trait HasReason {
+    fn set_reason(&mut self, reason: u32);
+}
+
+macro_rules! has_reason {
+    ($($t:ty),* $(,)?) => {
+        $(impl HasReason for $t {
+            fn set_reason(&mut self, reason: u32) {
+                self.reason = reason;
+            }
+        })*
+    };
+}
+has_reason!(
+    u::Query,
+    u::GemCreate,
+    u::GemMmapOffset,
+    u::VmBind,
+    u::VmUnbind,
+    u::CtxCreate,
+    u::CtxDestroy,
+    u::Submit,
+    u::Wait,
+    u::CtxState,
+);
+
+/// `EINVAL` + `FLAGS_UNKNOWN` unless `flags & !allowed == 0`.
+pub(crate) fn check_flags(flags: u32, allowed: u32) -> IoctlResult {
+    if flags & !allowed != 0 {
+        return Err(fail(EINVAL, reason::FLAGS_UNKNOWN));
+    }
+    Ok(())
+}
+
+/// `EINVAL` + `PAD_NONZERO` unless `pad == 0`.
+pub(crate) fn check_pad(pad: u32) -> IoctlResult {
+    if pad != 0 {
+        return Err(fail(EINVAL, reason::PAD_NONZERO));
+    }
+    Ok(())
+}
+
+/// Whether `v` is a multiple of the GPU page size.
+fn page_aligned(v: u64) -> bool {
+    v % version::PAGE_SIZE == 0
+}
+
+/// Validates a GPU VA range against the usable VA range: `EINVAL` + `UNALIGNED` /
+/// `VA_OUT_OF_RANGE`. Returns the end of the range.
+fn check_va_range(va: u64, size: u64) -> core::result::Result<u64, Fail> {
+    if !page_aligned(va) || !page_aligned(size) {
+        return Err(fail(EINVAL, reason::UNALIGNED));
+    }
+    let end = va
+        .checked_add(size)
+        .ok_or(fail(EINVAL, reason::VA_OUT_OF_RANGE))?;
+    if va < version::VA_START || end > version::VA_END {
+        return Err(fail(EINVAL, reason::VA_OUT_OF_RANGE));
+    }
+    Ok(end)
+}
+
+/// Builds a `drm_ioctl_desc` whose C trampoline calls `$func(dev, data, file)`, clears `reason`
+/// on entry and sets it on failure.
+macro_rules! aigpu_ioctl {
+    ($name:literal, $cmd:expr, $nr:expr, $ty:ty, $func:path) => {{
+        // The uapi crate's encoding must be the kernel's `_IOWR('d', DRM_COMMAND_BASE + nr, T)`.
+        const _: () = assert!($cmd == drm::ioctl::IOWR::<$ty>(u::DRM_COMMAND_BASE + $nr));
+        const _: () = assert!(kernel::ioctl::_IOC_SIZE($cmd) == core::mem::size_of::<$ty>());
+        unsafe extern "C" fn tramp(
+            raw_dev: *mut bindings::drm_device,
+            raw_data: *mut c_void,
+            raw_file: *mut bindings::drm_file,
+        ) -> c_int {
+            // SAFETY: `drm_ioctl()` calls this for a device registered by this driver, whose
+            // reference count it holds for the call.
+            let dev: &drm::Device<AigpuDriver, drm::Ioctl> =
+                unsafe { drm::Device::from_raw(raw_dev) };
+            let Some(guard) = dev.registration_guard() else {
+                return ENODEV.to_errno();
+            };
+            // SAFETY: `drm_ioctl()` passes a kernel buffer of at least `_IOC_SIZE(cmd)` bytes
+            // (asserted equal to `size_of::<$ty>()` above), exclusively ours for the call; every
+            // bit pattern is valid for these plain `#[repr(C)]` integer structs.
+            let data = unsafe { &mut *raw_data.cast::<$ty>() };
+            // SAFETY: `raw_file` is an open `drm_file` of this driver.
+            let file = unsafe { drm::File::<AigpuFile>::from_raw(raw_file) };
+            data.set_reason(reason::NONE);
+            match $func(&*guard, data, file) {
+                Ok(()) => 0,
+                Err(f) => {
+                    data.set_reason(f.reason);
+                    f.err.to_errno()
+                }
+            }
+        }
+        bindings::drm_ioctl_desc {
+            cmd: $cmd,
+            flags: drm::ioctl::RENDER_ALLOW,
+            func: Some(tramp),
+            name: kernel::str::as_char_ptr_in_const_context($name),
+        }
+    }};
+}
+
+/// The driver ioctls, in `NR_*` order (index = number - `DRM_COMMAND_BASE`).
+pub(crate) const IOCTLS: &[drm::ioctl::DrmIoctlDescriptor] = &[
+    aigpu_ioctl!(c"AIGPU_QUERY", u::IOCTL_QUERY, u::NR_QUERY, u::Query, query::query),
+    aigpu_ioctl!(c"AIGPU_GEM_CREATE", u::IOCTL_GEM_CREATE, u::NR_GEM_CREATE, u::GemCreate, gem_create),
+    aigpu_ioctl!(c"AIGPU_GEM_MMAP_OFFSET", u::IOCTL_GEM_MMAP_OFFSET, u::NR_GEM_MMAP_OFFSET, u::GemMmapOffset, gem_mmap_offset),
+    aigpu_ioctl!(c"AIGPU_VM_BIND", u::IOCTL_VM_BIND, u::NR_VM_BIND, u::VmBind, vm_bind),
+    aigpu_ioctl!(c"AIGPU_VM_UNBIND", u::IOCTL_VM_UNBIND, u::NR_VM_UNBIND, u::VmUnbind, vm_unbind),
+    aigpu_ioctl!(c"AIGPU_CTX_CREATE", u::IOCTL_CTX_CREATE, u::NR_CTX_CREATE, u::CtxCreate, not_yet),
+    aigpu_ioctl!(c"AIGPU_CTX_DESTROY", u::IOCTL_CTX_DESTROY, u::NR_CTX_DESTROY, u::CtxDestroy, not_yet),
+    aigpu_ioctl!(c"AIGPU_SUBMIT", u::IOCTL_SUBMIT, u::NR_SUBMIT, u::Submit, not_yet),
+    aigpu_ioctl!(c"AIGPU_WAIT", u::IOCTL_WAIT, u::NR_WAIT, u::Wait, not_yet),
+    aigpu_ioctl!(c"AIGPU_CTX_STATE", u::IOCTL_CTX_STATE, u::NR_CTX_STATE, u::CtxState, not_yet),
+];
+const _: () = assert!(IOCTLS.len() == u::NUM_IOCTLS as usize);
+
+/// GEM create: a shmem object of `size` bytes rounded up to the page size.
+fn gem_create(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    check_pad(req.pad)?;
+    if req.size == 0 {
+        return Err(fail(EINVAL, reason::SIZE_ZERO));
+    }
+    let mem = &dev.mem;
+    if req.size > mem.total() {
+        return Err(fail(E2BIG, reason::SIZE_TOO_LARGE));
+    }
+    // Cannot overflow: size <= total <= 16 GiB.
+    let size = req.size.next_multiple_of(version::PAGE_SIZE);
+    let size_usize = usize::try_from(size).map_err(|_| fail(E2BIG, reason::SIZE_TOO_LARGE))?;
+    let reservation = MemAccount::reserve(mem, size)?;
+    let obj = gem::create(dev, size_usize, reservation)?;
+    req.handle = gem::create_handle(&obj, file)?;
+    // The handle holds the object now; `obj` (the creation reference) is dropped here.
+    Ok(())
+}
+
+/// GEM mmap offset: the fake offset for `mmap()` on the DRM file.
+fn gem_mmap_offset(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    check_pad(req.pad)?;
+    let obj = gem::lookup(file, req.handle)?;
+    req.offset = gem::mmap_offset(&obj)?;
+    Ok(())
+}
+
+/// VM bind: map part of an object into the file's GPU address space.
+///
+/// Checks, in order: flags, access, size zero, alignment (va, bo_offset, size), VA range and
+/// overflow, handle, object range, then (in `Vm::bind`) overlap and the mapping limit.
+fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    let access_all = u::VM_ACCESS_READ | u::VM_ACCESS_WRITE;
+    if req.access == 0 || req.access & !access_all != 0 {
+        return Err(fail(EINVAL, reason::ACCESS_INVALID));
+    }
+    if req.size == 0 {
+        return Err(fail(EINVAL, reason::SIZE_ZERO));
+    }
+    if !page_aligned(req.bo_offset) {
+        return Err(fail(EINVAL, reason::UNALIGNED));
+    }
+    check_va_range(req.va, req.size)?;
+    let obj = gem::lookup(file, req.handle)?;
+    let bo_end = req
+        .bo_offset
+        .checked_add(req.size)
+        .ok_or(fail(EINVAL, reason::BO_RANGE))?;
+    if bo_end > obj.size() as u64 {
+        return Err(fail(EINVAL, reason::BO_RANGE));
+    }
+    let args = BindArgs {
+        va: req.va,
+        bo_offset: req.bo_offset,
+        size: req.size,
+        access: req.access,
+    };
+    let parent: &kernel::faux::Device<kernel::device::Bound> = dev.as_ref();
+    file.inner().vm.lock().bind(parent.as_ref(), obj, &args)
+}
+
+/// VM unbind: remove exactly one existing mapping.
+fn vm_unbind(_dev: &RegDevice, req: &mut u::VmUnbind, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    if req.size == 0 {
+        return Err(fail(EINVAL, reason::SIZE_ZERO));
+    }
+    check_va_range(req.va, req.size)?;
+    file.inner().vm.lock().unbind(req.va, req.size)
+}
+
+/// Context, submit and wait ioctls: registered, implemented by the next issue.
+fn not_yet<T>(_dev: &RegDevice, _req: &mut T, _file: &DrmFile) -> IoctlResult {
+    Err(fail(EOPNOTSUPP, reason::NONE))
+}

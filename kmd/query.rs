@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The query ioctl: versions, capabilities and limits of the device.
+
+use crate::{
+    driver::{DrmFile, RegDevice},
+    ioctl::{check_flags, IoctlResult},
+    uapi::{ioctl as u, regs, version},
+};
+
+/// Capabilities reported by this driver version: what the hardware spec's `CAPS` register
+/// offers (GEMM_I8, ELTWISE, WAIT_MEM, TIMESTAMP) plus context priorities. `CAP_HANG_DEBUG` is
+/// only set when hang debugging is enabled, which this version has no switch for yet.
+pub(crate) const CAPS: u64 = version::CAP_GEMM_I8
+    | version::CAP_ELTWISE
+    | version::CAP_WAIT_MEM
+    | version::CAP_TIMESTAMP
+    | version::CAP_PRIORITY;
+
+/// Fills every out-field of [`u::Query`]; `flags` must be zero.
+pub(crate) fn query(dev: &RegDevice, req: &mut u::Query, _file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    let mem = &dev.mem;
+    *req = u::Query {
+        flags: 0,
+        reason: 0,
+        uapi_major: version::UAPI_MAJOR,
+        uapi_minor: version::UAPI_MINOR,
+        driver_major: version::DRIVER_VERSION.0,
+        driver_minor: version::DRIVER_VERSION.1,
+        driver_patch: version::DRIVER_VERSION.2,
+        num_queues: regs::NUM_QUEUES as u32,
+        caps: CAPS,
+        va_start: version::VA_START,
+        va_end: version::VA_END,
+        page_size: version::PAGE_SIZE as u32,
+        max_cmdbufs: u::MAX_CMDBUFS,
+        mem_total: mem.total(),
+        mem_used: mem.used(),
+        max_bo_size: mem.total(),
+        max_in_fences: u::MAX_IN_FENCES,
+        max_contexts: u::MAX_CONTEXTS,
+    };
+    Ok(())
+}

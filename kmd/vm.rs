@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The GPU address space of one DRM file: its page tables and its mappings.
+//!
+//! Mappings are kept in a tree keyed by start VA; they never overlap. A mapping holds a reference
+//! to its GEM object and keeps the object's pages pinned (`drm_gem_shmem_pin`) until it is
+//! unbound or the file is closed. The page tables (`pt.rs`) are created on the first bind and
+//! written only here.
+
+use kernel::{
+    bindings, device,
+    drm::gem::IntoGEMObject,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNode},
+    sync::{aref::ARef, atomic::Relaxed, Arc},
+};
+
+use crate::{
+    driver::Stats,
+    gem::Gem,
+    ioctl::{fail, Fail},
+    pt::PtPage,
+    uapi::{ioctl as uioctl, pte, reason, version},
+};
+
+/// Most mappings one address space may hold.
+pub(crate) const MAX_MAPPINGS: usize = 1 << 16;
+
+/// Keeps a GEM object's pages pinned; unpins on drop.
+struct PagesPin {
+    obj: ARef<Gem>,
+}
+
+/// The `drm_gem_shmem_object` an aigpu GEM object is built on.
+fn raw_shmem(obj: &Gem) -> *mut bindings::drm_gem_shmem_object {
+    // SAFETY: every `Gem` embeds its `drm_gem_object` as the `base` field of a
+    // `drm_gem_shmem_object` (`shmem::Object::as_raw` returns `&raw mut (*shmem).base`).
+    unsafe { kernel::container_of!(obj.as_raw(), bindings::drm_gem_shmem_object, base) }
+}
+
+impl PagesPin {
+    fn new(obj: ARef<Gem>) -> Result<Self, Fail> {
+        // SAFETY: `raw_shmem(&obj)` is a valid shmem object (we hold a reference); the
+        // unlocked variant takes the reservation lock itself (the `_object_pin` vtable helper
+        // expects it held).
+        let ret = unsafe { bindings::drm_gem_shmem_pin(raw_shmem(&obj)) };
+        if ret != 0 {
+            let err = Error::from_errno(ret);
+            let r = if err == ENOMEM { reason::OUT_OF_MEMORY } else { reason::INTERRUPTED };
+            return Err(fail(err, r));
+        }
+        Ok(Self { obj })
+    }
+}
+
+impl Drop for PagesPin {
+    fn drop(&mut self) {
+        // SAFETY: pairs with the successful `drm_gem_shmem_pin` in `PagesPin::new`; takes the
+        // reservation lock itself.
+        unsafe { bindings::drm_gem_shmem_unpin(raw_shmem(&self.obj)) };
+    }
+}
+
+/// One mapping `[va, va + size)` -> `[bo_offset, bo_offset + size)` of an object.
+struct Mapping {
+    size: u64,
+    #[allow(dead_code)]
+    bo_offset: u64,
+    #[allow(dead_code)]
+    access: u32,
+    /// The object reference and its pin.
+    _pin: PagesPin,
+}
+
+/// A validated bind request.
+pub(crate) struct BindArgs {
+    pub(crate) va: u64,
+    pub(crate) bo_offset: u64,
+    pub(crate) size: u64,
+    pub(crate) access: u32,
+}
+
+/// The GPU address space of one file.
+pub(crate) struct Vm {
+    /// Top-level (L3) table; created on the first bind.
+    root: Option<KBox<PtPage>>,
+    /// Mappings by start VA.
+    mappings: RBTree<u64, Mapping>,
+    /// Number of entries in `mappings`.
+    count: usize,
+    stats: Arc<Stats>,
+}
+
+impl Vm {
+    pub(crate) fn new(stats: Arc<Stats>) -> Self {
+        Self {
+            root: None,
+            mappings: RBTree::new(),
+            count: 0,
+            stats,
+        }
+    }
+
+    /// Whether `[va, end)` intersects an existing mapping.
+    fn overlaps(&self, va: u64, end: u64) -> bool {
+        match self.mappings.cursor_lower_bound(&va) {
+            Some(c) => {
+                let (start, _) = c.current();
+                if *start < end {
+                    return true;
+                }
+                match c.peek_prev() {
+                    Some((pstart, pm)) => *pstart + pm.size > va,
+                    None => false,
+                }
+            }
+            None => match self.mappings.cursor_back() {
+                Some(c) => {
+                    let (start, m) = c.current();
+                    *start + m.size > va
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// Maps `args` of `obj` (already validated against the UAPI rules and the object size).
+    ///
+    /// `dev` is the GPU's parent device (page-table pages and the object's DMA mapping live on
+    /// it). Fails with `EEXIST` + `VA_OVERLAP`, `ENOSPC` + `OBJECT_LIMIT`, or `ENOMEM` +
+    /// `OUT_OF_MEMORY`; on failure nothing is left mapped.
+    pub(crate) fn bind(
+        &mut self,
+        dev: &device::Device<device::Bound>,
+        obj: ARef<Gem>,
+        args: &BindArgs,
+    ) -> Result<(), Fail> {
+        let end = args.va + args.size;
+        if self.overlaps(args.va, end) {
+            return Err(fail(EEXIST, reason::VA_OVERLAP));
+        }
+        if self.count >= MAX_MAPPINGS {
+            return Err(fail(ENOSPC, reason::OBJECT_LIMIT));
+        }
+        let oom = |e: Error| fail(e, reason::OUT_OF_MEMORY);
+
+        // Allocate everything that can fail before touching the tables.
+        let sgt = obj.sg_table(dev).map_err(oom)?;
+        let pin = PagesPin::new(obj.clone())?;
+        let node = RBTreeNode::new(
+            args.va,
+            Mapping {
+                size: args.size,
+                bo_offset: args.bo_offset,
+                access: args.access,
+                _pin: pin,
+            },
+            GFP_KERNEL,
+        )
+        .map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
+        if self.root.is_none() {
+            let root = PtPage::new(dev, pte::LEVELS - 1, &self.stats).map_err(oom)?;
+            self.root = Some(KBox::new(root, GFP_KERNEL).map_err(|_| oom(ENOMEM))?);
+        }
+        let Some(root) = self.root.as_deref_mut() else {
+            return Err(oom(ENOMEM));
+        };
+
+        let mut leaf = 0;
+        if args.access & uioctl::VM_ACCESS_READ != 0 {
+            leaf |= pte::READ;
+        }
+        if args.access & uioctl::VM_ACCESS_WRITE != 0 {
+            leaf |= pte::WRITE;
+        }
+
+        // Walk the object's DMA segments, skipping to `bo_offset`, mapping page by page.
+        let page = version::PAGE_SIZE;
+        let mut skip = args.bo_offset;
+        let mut va = args.va;
+        let mut result = Ok(());
+        'segments: for seg in sgt.iter() {
+            #[allow(clippy::useless_conversion)]
+            let (mut pa, mut len) = (u64::from(seg.dma_address()), u64::from(seg.dma_len()));
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            pa += skip;
+            len -= skip;
+            skip = 0;
+            while len >= page && va < end {
+                if let Err(e) = root.map_page(dev, va, pa, leaf) {
+                    result = Err(e);
+                    break 'segments;
+                }
+                va += page;
+                pa += page;
+                len -= page;
+            }
+            if va >= end {
+                break;
+            }
+        }
+        if result.is_ok() && va < end {
+            // The object has fewer pages than its size says: cannot happen for shmem objects.
+            result = Err(EINVAL);
+        }
+        if let Err(e) = result {
+            // Roll back what was mapped.
+            let mut undo = args.va;
+            while undo < va {
+                root.unmap_page(undo);
+                undo += page;
+            }
+            let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
+            return Err(fail(e, r));
+        }
+        self.mappings.insert(node);
+        self.count += 1;
+        self.stats.mappings.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Removes exactly the mapping `[va, va + size)`; `ENOENT` + `VA_NOT_MAPPED` otherwise.
+    pub(crate) fn unbind(&mut self, va: u64, size: u64) -> Result<(), Fail> {
+        match self.mappings.get(&va) {
+            Some(m) if m.size == size => {}
+            _ => return Err(fail(ENOENT, reason::VA_NOT_MAPPED)),
+        }
+        if let Some(root) = self.root.as_deref_mut() {
+            let mut cur = va;
+            while cur < va + size {
+                root.unmap_page(cur);
+                cur += version::PAGE_SIZE;
+            }
+        }
+        // Dropping the mapping unpins the pages and drops the object reference, after the
+        // entries pointing at them are gone.
+        drop(self.mappings.remove(&va));
+        self.count -= 1;
+        self.stats.mappings.fetch_sub(1, Relaxed);
+        Ok(())
+    }
+
+    /// Leaf entry for `va` (0 if unmapped).
+    #[allow(dead_code)]
+    pub(crate) fn lookup(&self, va: u64) -> u64 {
+        self.root.as_deref().map_or(0, |r| r.lookup(va))
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // File close: free the page tables first, then drop the mappings (unpin, unreference).
+        self.root = None;
+        self.mappings = RBTree::new();
+        self.stats.mappings.fetch_sub(self.count as u64, Relaxed);
+        self.count = 0;
+    }
+}

@@ -1,0 +1,66 @@
+#!/bin/bash
+# Boots the test guest under QEMU (TCG: KVM does not work on these machines), keeps the serial
+# log and judges it.
+#
+#   scripts/run-guest.sh <kernel-build-dir> [base|debug]
+#
+# Kernel: <kernel-build-dir>/arch/x86/boot/bzImage; initramfs: out/guest/initramfs.cpio.gz
+# (scripts/build-initramfs.sh). The flavour (default: taken from the build dir's name) names the
+# log, out/guest/serial-<flavor>.log, and turns kmemleak on for debug kernels.
+# Env: GUEST_TIMEOUT (seconds, default 600), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2).
+#
+# PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0` and `kmd_test: N passed, 0 failed` in the log, and
+# none of: a test FAIL line, `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
+# report (`possible circular locking`, `possible recursive locking`, `inconsistent lock state`,
+# `lockdep is turned off`, `suspicious RCU usage`), a kmemleak
+# report (`unreferenced object`), the driver's own `LEAK:` report, `Call Trace:`. Prints the
+# guest's test summary line; exit status 0 on PASS, 1 on FAIL.
+set -uo pipefail
+. "$(dirname "$0")/env.sh"
+
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: $0 <kernel-build-dir> [base|debug]" >&2; exit 2; }
+KBUILD_OUT=$(cd "$1" && pwd) || exit 2
+FLAVOR=${2:-$(basename "$KBUILD_OUT" | cut -d- -f1)}
+KERNEL=$KBUILD_OUT/arch/x86/boot/bzImage
+INITRD=$AIGPU_ROOT/out/guest/initramfs.cpio.gz
+LOG=$AIGPU_ROOT/out/guest/serial-$FLAVOR.log
+TMO=${GUEST_TIMEOUT:-600}
+[ -f "$KERNEL" ] || { echo "run-guest: no kernel at $KERNEL" >&2; exit 2; }
+[ -f "$INITRD" ] || { echo "run-guest: no initramfs at $INITRD (run scripts/build-initramfs.sh)" >&2; exit 2; }
+mkdir -p "$(dirname "$LOG")"
+
+cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
+[ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on"
+
+start=$(date +%s.%N)
+timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg -cpu max -m "${GUEST_MEM:-1024}" \
+  -smp "${GUEST_SMP:-2}" -nographic -no-reboot -kernel "$KERNEL" -initrd "$INITRD" \
+  -append "$cmdline" </dev/null >"$LOG" 2>&1
+qrc=$?
+secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")
+echo "run-guest: $FLAVOR guest ran ${secs}s (qemu exit $qrc), serial log: $LOG"
+
+reasons=()
+[ $qrc = 124 ] || [ $qrc = 137 ] && reasons+=("timed out after ${TMO}s")
+grep -q 'GUEST: DONE' "$LOG" || reasons+=("no 'GUEST: DONE' (guest did not finish)")
+grep -q 'GUEST: TEST_RC=0' "$LOG" || reasons+=("guest test status not 0")
+grep -qE 'kmd_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'kmd_test: N passed, 0 failed' line")
+# Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
+# state, suspicious RCU usage); `lockdep is turned off` means an earlier report disabled it. A bare
+# `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
+BAD='kmd_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
+if grep -qE "$BAD" "$LOG"; then
+  reasons+=("kernel or test error lines in the log")
+fi
+
+grep -E 'kmd_test: [0-9]+ passed, [0-9]+ failed' "$LOG" || echo "run-guest: (no test summary line)"
+if [ ${#reasons[@]} -eq 0 ]; then
+  echo "run-guest: PASS ($FLAVOR)"
+  exit 0
+fi
+echo "run-guest: FAIL ($FLAVOR): ${reasons[*]}"
+echo "---- offending lines ----"
+grep -nE "$BAD" "$LOG" | head -40
+echo "---- last 40 lines of $LOG ----"
+tail -40 "$LOG"
+exit 1

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Kernel half of the project's test command: toolchain -> guest kernel -> aigpu.ko -> initramfs
+# -> QEMU boot running the in-guest suite. Prints the time of every step.
+#
+#   scripts/test-kmd.sh [debug|base]        (default: debug = KASAN, kmemleak, lockdep,
+#                                            atomic-sleep; the flavour the tests are meant for)
+#
+# Cold (fresh machine): apt + bindgen + cbindgen ~5 min, debug kernel ~5 min, the rest < 1 min.
+# Warm: a few seconds of builds plus the guest run (about 30 s under TCG with the debug kernel).
+# The serial log stays in out/guest/serial-<flavor>.log. Exit status 0 only if the guest PASSes.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/env.sh"
+FLAVOR=${1:-debug}
+case $FLAVOR in base|debug) ;; *) echo "usage: $0 [debug|base]" >&2; exit 2 ;; esac
+
+t0=$(date +%s)
+last=$t0
+step() {
+  local now
+  now=$(date +%s)
+  printf 'test-kmd: %-28s %4ss (total %ss)\n' "$1" "$((now - last))" "$((now - t0))"
+  last=$now
+}
+
+"$HERE/setup-toolchain.sh"
+step "toolchain"
+kdir=$("$HERE/build-kernel.sh" "$FLAVOR")
+step "kernel ($FLAVOR)"
+ko=$("$HERE/build-module.sh" "$kdir")
+step "module"
+# modinfo must show the version, description, license and described parameters.
+info=$(/sbin/modinfo "$ko")
+for field in '^version: +0\.1\.0$' '^description: +.+' '^license: +GPL$' '^parm: +num_devices:.+\((u32|uint)\)$' \
+             '^parm: +mem_mib:.+\((u32|uint)\)$'; do
+  grep -qE "$field" <<<"$info" || { echo "test-kmd: modinfo $ko lacks /$field/:" >&2; echo "$info" >&2; exit 1; }
+done
+"$HERE/build-initramfs.sh" "$kdir" "$ko" >/dev/null
+step "initramfs"
+rc=0
+"$HERE/run-guest.sh" "$kdir" "$FLAVOR" || rc=$?
+step "guest run"
+exit $rc
