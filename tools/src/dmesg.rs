@@ -1,0 +1,398 @@
+//! The kernel log: reading it (a given text file, else `dmesg`; the previous boot from
+//! `journalctl -k -b -1`), filtering it to what concerns the driver, and recognising the lines
+//! triage draws conclusions from. The patterns are listed in docs/tools.md.
+
+use crate::host::{run, Host, Notes};
+use std::time::Duration;
+
+/// A kernel log text and where it came from.
+#[derive(Clone, Debug)]
+pub struct KernelLog {
+    /// `dmesg`, `journalctl -k -b -1`, or the file given.
+    pub source: String,
+    /// Its lines.
+    pub lines: Vec<String>,
+}
+
+/// The current boot's kernel log: the file given with `--dmesg`, else `dmesg` (live only).
+pub fn read_dmesg(host: &Host, notes: &mut Notes) -> Option<KernelLog> {
+    if let Some(p) = &host.dmesg {
+        return match crate::host::read_text(p) {
+            Ok(t) => Some(KernelLog {
+                source: "dmesg".into(),
+                lines: t.lines().map(str::to_string).collect(),
+            }),
+            Err(e) => {
+                notes.add(format!("dmesg ({})", p.display()), e.describe());
+                None
+            }
+        };
+    }
+    if host.offline {
+        notes.add("dmesg", "not given (offline: --root without --dmesg)");
+        return None;
+    }
+    match run("dmesg", &[], Duration::from_secs(10)) {
+        Ok(o) if o.ok => Some(KernelLog {
+            source: "dmesg".into(),
+            lines: o.stdout.lines().map(str::to_string).collect(),
+        }),
+        Ok(o) => {
+            let why = o.stderr.trim().to_string();
+            notes.add(
+                "dmesg",
+                if why.is_empty() {
+                    "dmesg failed".to_string()
+                } else if why.contains("Operation not permitted") {
+                    format!("{why} (kernel.dmesg_restrict=1: run as root, or journalctl -k as a member of adm/systemd-journal)")
+                } else {
+                    why
+                },
+            );
+            None
+        }
+        Err(e) => {
+            notes.add("dmesg", e);
+            None
+        }
+    }
+}
+
+/// The previous boot's kernel log: the file given with `--journal`, else `journalctl -k -b -1`
+/// (live only, where journald keeps it).
+pub fn read_journal(host: &Host, notes: &mut Notes) -> Option<KernelLog> {
+    if let Some(p) = &host.journal {
+        return match crate::host::read_text(p) {
+            Ok(t) => Some(KernelLog {
+                source: "journal (previous boot)".into(),
+                lines: t.lines().map(str::to_string).collect(),
+            }),
+            Err(e) => {
+                notes.add(format!("journal ({})", p.display()), e.describe());
+                None
+            }
+        };
+    }
+    if host.offline {
+        return None;
+    }
+    match run(
+        "journalctl",
+        &[
+            "-k",
+            "-b",
+            "-1",
+            "--no-pager",
+            "-q",
+            "-o",
+            "short-monotonic",
+        ],
+        Duration::from_secs(20),
+    ) {
+        Ok(o) if o.ok => Some(KernelLog {
+            source: "journal (previous boot)".into(),
+            lines: o.stdout.lines().map(str::to_string).collect(),
+        }),
+        Ok(o) => {
+            notes.add(
+                "journalctl -k -b -1 (previous boot)",
+                first_line_or(&o.stderr, "no previous boot in the journal"),
+            );
+            None
+        }
+        Err(e) => {
+            notes.add("journalctl -k -b -1 (previous boot)", e);
+            None
+        }
+    }
+}
+
+fn first_line_or(s: &str, d: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or(d)
+        .to_string()
+}
+
+/// The text after a `[   12.345678] ` or `<3>[ ...] ` or journal prefix.
+pub fn body(line: &str) -> &str {
+    let l = line.trim_start();
+    let l = if l.starts_with('<') {
+        l.split_once('>').map(|(_, r)| r).unwrap_or(l)
+    } else {
+        l
+    };
+    if l.starts_with('[') {
+        if let Some((_, r)) = l.split_once("] ") {
+            return r;
+        }
+    }
+    // journalctl short-monotonic: "[ 12.345678] host kernel: text"
+    if let Some((_, r)) = l.split_once(" kernel: ") {
+        return r;
+    }
+    l
+}
+
+const SPLATS: [&str; 7] = [
+    "BUG:",
+    "WARNING:",
+    "Oops",
+    "KASAN",
+    "general protection fault",
+    "Kernel panic",
+    "unreferenced object",
+];
+
+/// True for lines that concern the driver (kept in the snapshot's filtered dmesg).
+pub fn relevant(line: &str) -> bool {
+    let b = body(line);
+    let l = b.to_ascii_lowercase();
+    l.contains("aigpu")
+        || l.contains("[drm")
+        || l.starts_with("drm")
+        || l.contains("version magic")
+        || l.contains("unknown symbol")
+        || l.contains("disagrees about version")
+        || l.contains("module verification")
+        || l.contains("call trace")
+        || SPLATS.iter().any(|s| b.contains(s))
+        || b.starts_with("LEAK:")
+}
+
+/// The lines of `log` that concern the driver.
+pub fn filter(log: &KernelLog) -> Vec<String> {
+    log.lines.iter().filter(|l| relevant(l)).cloned().collect()
+}
+
+/// What a kernel log line says, for the verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `aigpu: version magic '<built> ...' should be '<running> ...'`.
+    VersionMagic {
+        /// Release the module was built for.
+        built: String,
+        /// Running release.
+        running: String,
+    },
+    /// `aigpu: Unknown symbol <sym> (err -2)`.
+    UnknownSymbol(String),
+    /// `aigpu: disagrees about version of symbol <sym>`.
+    SymbolVersion(String),
+    /// Any other `aigpu: ...` load failure (a parameter out of range, module verification).
+    LoadError,
+    /// `aigpu aigpu0: virtual AI GPU, UAPI 1.0, driver 0.1.0, 256 MiB`.
+    Probe {
+        /// Device.
+        device: String,
+        /// UAPI major.minor.
+        uapi: Option<(u32, u32)>,
+    },
+    /// A page fault line.
+    Fault,
+    /// A job timeout / hang line.
+    Hang,
+    /// The device was declared lost.
+    Lost,
+    /// An engine reset failed.
+    ResetFailed,
+    /// The device fell off the bus.
+    OffBus,
+    /// An uncorrectable memory error.
+    MemError,
+    /// A kernel warning, BUG or oops whose backtrace names aigpu.
+    Splat,
+    /// The driver's `LEAK:` line at device release.
+    Leak,
+}
+
+/// A recognised line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// What it says.
+    pub event: Event,
+    /// The line as logged.
+    pub line: String,
+    /// Its index in the log.
+    pub index: usize,
+}
+
+fn quoted_after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
+    let i = s.find(key)? + key.len();
+    let rest = s[i..].strip_prefix('\'')?;
+    rest.split('\'').next()
+}
+
+/// Recognises the lines triage draws conclusions from.
+pub fn classify(log: &KernelLog) -> Vec<Found> {
+    let mut out = Vec::new();
+    let lines = &log.lines;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = &lines[i];
+        let b = body(line);
+        let l = b.to_ascii_lowercase();
+        let push = |out: &mut Vec<Found>, e: Event| {
+            out.push(Found {
+                event: e,
+                line: line.clone(),
+                index: i,
+            })
+        };
+        let ours = l.starts_with("aigpu") || l.contains(" aigpu");
+        if SPLATS.iter().any(|s| b.contains(s)) {
+            // A backtrace that names the module: "[aigpu]" after a function in the next lines.
+            let end = (i + 60).min(lines.len());
+            let names_us = b.contains("aigpu")
+                || lines[i + 1..end]
+                    .iter()
+                    .take_while(|n| !SPLATS.iter().any(|s| body(n).contains(s)))
+                    .any(|n| n.contains("[aigpu]"));
+            if names_us {
+                push(&mut out, Event::Splat);
+            }
+        } else if ours && l.contains("version magic") {
+            let built = quoted_after(b, "version magic ").unwrap_or("?");
+            let running = quoted_after(b, "should be ").unwrap_or("?");
+            push(
+                &mut out,
+                Event::VersionMagic {
+                    built: built.split_whitespace().next().unwrap_or("?").into(),
+                    running: running.split_whitespace().next().unwrap_or("?").into(),
+                },
+            );
+        } else if ours && l.contains("unknown symbol") {
+            let sym = b
+                .split("nknown symbol ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or("?");
+            push(&mut out, Event::UnknownSymbol(sym.into()));
+        } else if ours && l.contains("disagrees about version of symbol") {
+            let sym = b.rsplit(' ').next().unwrap_or("?");
+            push(&mut out, Event::SymbolVersion(sym.into()));
+        } else if ours && l.contains("virtual ai gpu") {
+            let device = b
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("?")
+                .trim_end_matches(':');
+            let uapi = b
+                .split("UAPI ")
+                .nth(1)
+                .and_then(|r| r.split([',', ' ']).next())
+                .and_then(|v| v.split_once('.'))
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+            push(
+                &mut out,
+                Event::Probe {
+                    device: device.into(),
+                    uapi,
+                },
+            );
+        } else if b.starts_with("LEAK:") && l.contains("aigpu") {
+            push(&mut out, Event::Leak);
+        } else if ours {
+            let e = if l.contains("off the bus") || l.contains("fell off") {
+                Some(Event::OffBus)
+            } else if l.contains("reset") && l.contains("fail") {
+                Some(Event::ResetFailed)
+            } else if l.contains("memory error")
+                || l.contains("mem_error")
+                || l.contains("bus-error")
+                || l.contains("uncorrectable")
+            {
+                Some(Event::MemError)
+            } else if l.contains("device lost") || l.contains("device is lost") {
+                Some(Event::Lost)
+            } else if l.contains("fault") {
+                Some(Event::Fault)
+            } else if l.contains("timeout")
+                || l.contains("timed out")
+                || l.contains("hang")
+                || l.contains("hung")
+            {
+                Some(Event::Hang)
+            } else if l.contains("out of range")
+                || l.contains("module verification failed")
+                || (l.starts_with("aigpu:") && (l.contains("fail") || l.contains("error")))
+            {
+                Some(Event::LoadError)
+            } else {
+                None
+            };
+            if let Some(e) = e {
+                push(&mut out, e);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `key=value` or `key value` pairs in a free-form line: `ctx=12`, `context 12`, `pid 4411`,
+/// `comm=python`, `va=0x7f0010000`, `at 0x7f0010000`.
+pub fn loose(line: &str, keys: &[&str]) -> Option<String> {
+    let b = body(line);
+    let toks: Vec<&str> = b
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')' || c == ';')
+        .filter(|t| !t.is_empty())
+        .collect();
+    for (i, t) in toks.iter().enumerate() {
+        for k in keys {
+            if let Some(v) = t.strip_prefix(&format!("{k}=")) {
+                return Some(v.trim_matches('\'').to_string());
+            }
+            if t == k {
+                if let Some(v) = toks.get(i + 1) {
+                    return Some(v.trim_matches(['\'', ':']).to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(t: &str) -> KernelLog {
+        KernelLog {
+            source: "dmesg".into(),
+            lines: t.lines().map(str::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn load_errors() {
+        let f = classify(&log("[    2.1] aigpu: version magic '7.3.4 SMP preempt mod_unload ' should be '7.3.5 SMP preempt mod_unload '\n[    2.2] aigpu: Unknown symbol drm_gem_shmem_pin (err -2)\n[    2.3] aigpu: num_devices=9 out of range 1..=8\n"));
+        assert_eq!(
+            f.iter().map(|f| f.event.clone()).collect::<Vec<_>>(),
+            vec![
+                Event::VersionMagic {
+                    built: "7.3.4".into(),
+                    running: "7.3.5".into()
+                },
+                Event::UnknownSymbol("drm_gem_shmem_pin".into()),
+                Event::LoadError
+            ]
+        );
+    }
+
+    #[test]
+    fn splat_naming_the_module() {
+        let f = classify(&log("[ 5.0] WARNING: CPU: 0 PID: 1 at kernel/foo.c:1 bar+0x1/0x2\n[ 5.0] Modules linked in: aigpu\n[ 5.0] Call Trace:\n[ 5.0]  aigpu_thing+0x10/0x20 [aigpu]\n[ 6.0] WARNING: CPU: 0 PID: 1 at kernel/x.c:2 y\n[ 6.0] Call Trace:\n[ 6.0]  z+0x1/0x2\n"));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].index, 0);
+    }
+
+    #[test]
+    fn loose_pairs() {
+        let l = "[ 9.1] aigpu aigpu0: page fault: unmapped read at 0x7f0010000 ctx=12 pid=4411 comm=python";
+        assert_eq!(loose(l, &["ctx", "context"]).as_deref(), Some("12"));
+        assert_eq!(loose(l, &["va", "at"]).as_deref(), Some("0x7f0010000"));
+        assert_eq!(loose(l, &["comm"]).as_deref(), Some("python"));
+    }
+}

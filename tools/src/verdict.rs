@@ -1,0 +1,1006 @@
+//! The layered verdict of `umd-smi triage` (seed 002 §3: localise layer by layer, bottom up,
+//! never skipping one): for hardware, kernel module, user-space driver and application, OK or
+//! the first finding with the line that proves it.
+
+use crate::debugfs::CrashDump;
+use crate::dmesg::{self, Event, Found};
+use crate::smi::Access;
+use crate::triage::Snapshot;
+use crate::umdlog::{self, Rec};
+use crate::util::Wall;
+use serde_json::{json, Value};
+use umd::backend::select::NoKernelDevice;
+
+/// The four layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// The (virtual) device.
+    Hardware,
+    /// aigpu.ko.
+    KernelModule,
+    /// libumd.
+    UserSpace,
+    /// The program using libumd.
+    Application,
+}
+
+impl Layer {
+    /// As printed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Layer::Hardware => "hardware",
+            Layer::KernelModule => "kernel module",
+            Layer::UserSpace => "user-space driver",
+            Layer::Application => "application",
+        }
+    }
+}
+
+/// A line that proves a finding, and where it was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evidence {
+    /// `dmesg`, a file path, `umd-4411.log:12`, `environment`, ...
+    pub source: String,
+    /// The line.
+    pub line: String,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// What is wrong, in one sentence.
+    pub text: String,
+    /// The proof.
+    pub evidence: Vec<Evidence>,
+}
+
+/// One layer's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Nothing found; what was looked at.
+    Ok(String),
+    /// Findings, most important first.
+    Findings(Vec<Finding>),
+    /// Could not be judged, and why.
+    NotChecked(String),
+}
+
+/// One layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerVerdict {
+    /// Which.
+    pub layer: Layer,
+    /// Result.
+    pub status: Status,
+}
+
+/// All four, bottom up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict(pub Vec<LayerVerdict>);
+
+fn ev(source: impl Into<String>, line: impl Into<String>) -> Evidence {
+    Evidence {
+        source: source.into(),
+        line: line.into(),
+    }
+}
+
+fn finding(text: impl Into<String>, evidence: Vec<Evidence>) -> Finding {
+    Finding {
+        text: text.into(),
+        evidence,
+    }
+}
+
+/// The libumd side of the UAPI contract: (major, minor, least kernel minor).
+pub type LibUapi = (u32, u32, u32);
+
+/// This build's libumd UAPI.
+pub fn libumd_uapi() -> LibUapi {
+    (uapi::UAPI_MAJOR, uapi::UAPI_MINOR, uapi::MIN_KERNEL_MINOR)
+}
+
+/// "libumd UAPI 1.4 needs kernel UAPI ≥ 1.3, found 1.2".
+pub fn uapi_text(lib: (u32, u32, u32), kernel: (u32, u32)) -> String {
+    if kernel.0 == lib.0 {
+        format!(
+            "libumd UAPI {}.{} needs kernel UAPI ≥ {}.{}, found {}.{}",
+            lib.0, lib.1, lib.0, lib.2, kernel.0, kernel.1
+        )
+    } else {
+        format!(
+            "libumd UAPI {}.{} needs kernel UAPI {}.x with x ≥ {}, found {}.{} (a different major version)",
+            lib.0, lib.1, lib.0, lib.2, kernel.0, kernel.1
+        )
+    }
+}
+
+fn compatible(lib: (u32, u32, u32), k: (u32, u32)) -> bool {
+    k.0 == lib.0 && k.1 >= lib.2
+}
+
+fn parse_ver(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.trim().split_once('.')?;
+    let b: String = b.chars().take_while(|c| c.is_ascii_digit()).collect();
+    Some((a.trim().parse().ok()?, b.parse().ok()?))
+}
+
+/// libumd's version-mismatch sentence (`NoKernelDevice::VersionMismatch::describe`): "kernel
+/// aigpu UAPI 1.2 cannot be driven by this libumd (UAPI 1.4, needs kernel 1.3+)" → (lib,
+/// kernel).
+pub fn parse_mismatch(text: &str) -> Option<(LibUapi, (u32, u32))> {
+    let i = text.find("kernel aigpu UAPI ")?;
+    let rest = &text[i + "kernel aigpu UAPI ".len()..];
+    let kernel = parse_ver(rest.split_whitespace().next()?)?;
+    let j = rest.find("this libumd (UAPI ")?;
+    let rest = &rest[j + "this libumd (UAPI ".len()..];
+    let lib = parse_ver(rest.split(',').next()?)?;
+    let k = rest.find("needs kernel ")?;
+    let need = parse_ver(rest[k + "needs kernel ".len()..].trim_end_matches([')', '.', '+']))?;
+    Some(((lib.0, lib.1, need.1), kernel))
+}
+
+fn log_ev(r: &Rec) -> Evidence {
+    ev(format!("umd log {}", r.src), r.raw.trim_end())
+}
+
+fn dmesg_ev(source: &str, f: &Found) -> Evidence {
+    ev(source, f.line.trim_end())
+}
+
+fn who(pid: Option<u64>, comm: Option<&str>) -> String {
+    match (pid, comm) {
+        (Some(p), Some(c)) => format!("pid {p}, {c}"),
+        (Some(p), None) => format!("pid {p}"),
+        (None, Some(c)) => c.to_string(),
+        (None, None) => "process unknown".into(),
+    }
+}
+
+/// Computes the verdict.
+pub fn verdict(s: &Snapshot) -> Verdict {
+    Verdict(vec![
+        LayerVerdict {
+            layer: Layer::Hardware,
+            status: hardware(s),
+        },
+        LayerVerdict {
+            layer: Layer::KernelModule,
+            status: kernel_module(s),
+        },
+        LayerVerdict {
+            layer: Layer::UserSpace,
+            status: user_space(s),
+        },
+        LayerVerdict {
+            layer: Layer::Application,
+            status: application(s),
+        },
+    ])
+}
+
+fn dmesg_found(s: &Snapshot) -> Vec<(String, Found)> {
+    let mut v = Vec::new();
+    if let Some(l) = &s.dmesg {
+        for f in dmesg::classify(l) {
+            v.push((l.source.clone(), f));
+        }
+    }
+    v
+}
+
+fn journal_found(s: &Snapshot) -> Vec<(String, Found)> {
+    let mut v = Vec::new();
+    if let Some(l) = &s.journal {
+        for f in dmesg::classify(l) {
+            v.push((l.source.clone(), f));
+        }
+    }
+    v
+}
+
+fn device_names(s: &Snapshot) -> Vec<String> {
+    s.view.devices.iter().map(|d| d.name.clone()).collect()
+}
+
+fn any_device(s: &Snapshot) -> bool {
+    !s.view.devices.is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn hardware(s: &Snapshot) -> Status {
+    if !any_device(s) {
+        return Status::NotChecked(if s.ks.module.loaded {
+            "no aigpu device to look at (see the kernel module layer)".into()
+        } else {
+            "the aigpu devices are created by the kernel module, which is not loaded".into()
+        });
+    }
+    let mut out = Vec::new();
+    let dm = dmesg_found(s);
+    for (src, f) in dm.iter().rev() {
+        match f.event {
+            Event::OffBus => out.push(finding(
+                "the device fell off the bus (its registers read all ones)",
+                vec![dmesg_ev(src, f)],
+            )),
+            Event::MemError => out.push(finding(
+                "uncorrectable device memory error",
+                vec![dmesg_ev(src, f)],
+            )),
+            _ => {}
+        }
+    }
+    for d in &s.view.devices {
+        let Some(dfs) = &d.debugfs else { continue };
+        for c in dfs.crashes.iter().rev() {
+            if c.kind == "mem_error" {
+                out.push(finding(
+                    format!(
+                        "uncorrectable memory error on {}{} in context {} ({})",
+                        d.name,
+                        c.time
+                            .map(|t| format!(" at {}", t.hms()))
+                            .unwrap_or_default(),
+                        c.ctx.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
+                        who(c.pid, c.comm.as_deref())
+                    ),
+                    vec![ev(c.source.clone(), c.evidence.clone())],
+                ));
+            }
+            if c.registers
+                .as_deref()
+                .is_some_and(|r| r.contains("STATUS=0xffffffff"))
+            {
+                out.push(finding(
+                    format!("{} fell off the bus (registers read all ones)", d.name),
+                    vec![ev(
+                        c.source.clone(),
+                        c.registers.clone().unwrap_or_default(),
+                    )],
+                ));
+            }
+        }
+        if d.state() == "lost" {
+            let failed = dm.iter().rev().find(|(_, f)| f.event == Event::ResetFailed);
+            let mut e = Vec::new();
+            if let Some((src, f)) = failed {
+                e.push(dmesg_ev(src, f));
+            }
+            if let Some(st) = &dfs.status {
+                e.push(ev(format!("{}/status", dfs.dir), st.line.clone()));
+            }
+            out.push(finding(
+                format!(
+                    "{} is lost: the engine did not come back from a reset (every ioctl fails with ENODEV until the module is reloaded)",
+                    d.name
+                ),
+                e,
+            ));
+        }
+    }
+    if out.is_empty() {
+        if let Some((src, f)) = dm.iter().rev().find(|(_, f)| f.event == Event::ResetFailed) {
+            out.push(finding(
+                "an engine reset failed: the device is lost",
+                vec![dmesg_ev(src, f)],
+            ));
+        }
+    }
+    if !out.is_empty() {
+        return Status::Findings(out);
+    }
+    let states: Vec<String> = s
+        .view
+        .devices
+        .iter()
+        .map(|d| format!("{} state {}", d.name, d.state()))
+        .collect();
+    let mut looked = Vec::new();
+    if s.dmesg.is_none() {
+        looked.push("dmesg not read");
+    }
+    if s.ks.debugfs.devices().is_empty() {
+        looked.push("debugfs not read");
+    }
+    Status::Ok(format!(
+        "{}; no bus, memory or reset errors{}",
+        states.join(", "),
+        if looked.is_empty() {
+            String::new()
+        } else {
+            format!(" (as far as visible: {})", looked.join(", "))
+        }
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn kernel_module(s: &Snapshot) -> Status {
+    let m = &s.ks.module;
+    let release = s.uname_r.clone().unwrap_or_else(|| "?".into());
+    let mut out = Vec::new();
+    let dm = dmesg_found(s);
+    if !m.loaded {
+        // The most recent load attempt explains best.
+        for (src, f) in dm.iter().rev() {
+            let e = vec![dmesg_ev(src, f)];
+            match &f.event {
+                Event::VersionMagic { built, running } => out.push(finding(
+                    format!("aigpu.ko built for {built} but running kernel is {running} — version magic mismatch"),
+                    e,
+                )),
+                Event::UnknownSymbol(sym) => out.push(finding(
+                    format!("aigpu.ko needs symbol {sym}, which the running kernel {release} does not export — unknown symbol (module built for another kernel or configuration)"),
+                    e,
+                )),
+                Event::SymbolVersion(sym) => out.push(finding(
+                    format!("aigpu.ko and the running kernel {release} disagree about the version of symbol {sym} — symbol version mismatch"),
+                    e,
+                )),
+                Event::LoadError => out.push(finding(
+                    format!("aigpu.ko refused to load: {}", dmesg::body(&f.line)),
+                    e,
+                )),
+                _ => {}
+            }
+        }
+        match &s.modinfo {
+            Ok(mi) => {
+                if let (Some(built), Some(run)) = (mi.built_for(), s.uname_r.as_deref()) {
+                    if built != run {
+                        out.push(finding(
+                            format!("aigpu.ko built for {built} but running kernel is {run} — version magic mismatch"),
+                            vec![ev(
+                                format!("modinfo {}", mi.path),
+                                format!("vermagic: {}", mi.get("vermagic").unwrap_or("")),
+                            )],
+                        ));
+                    }
+                }
+            }
+            Err(why) if s.uname_r.is_some() => out.push(finding(
+                format!("no usable aigpu.ko for the running kernel {release}: {why}"),
+                vec![ev(format!("/lib/modules/{release}"), why.clone())],
+            )),
+            Err(_) => {}
+        }
+        let nd = NoKernelDevice::ModuleNotLoaded;
+        out.push(finding(
+            nd.describe(),
+            vec![ev(
+                "/sys/module",
+                "no aigpu entry (lsmod does not list aigpu)".to_string(),
+            )],
+        ));
+        return Status::Findings(out);
+    }
+    if let Some(st) = m.initstate.as_deref().filter(|st| *st != "live") {
+        out.push(finding(
+            format!("aigpu is '{st}': its load or unload did not finish"),
+            vec![ev("/sys/module/aigpu/initstate", st)],
+        ));
+    }
+    for (src, f) in dm.iter().rev() {
+        match f.event {
+            Event::Splat => out.push(finding(
+                format!("kernel error report in aigpu: {}", dmesg::body(&f.line)),
+                vec![dmesg_ev(src, f)],
+            )),
+            Event::Leak => out.push(finding(
+                "aigpu reported resources still accounted at device release",
+                vec![dmesg_ev(src, f)],
+            )),
+            _ => {}
+        }
+    }
+    // Render nodes: none in sysfs, or sysfs has one that /dev lacks.
+    let aigpu_render: Vec<&crate::system::DrmEntry> =
+        s.ks.drm
+            .as_ref()
+            .map(|v| {
+                v.iter()
+                    .filter(|e| e.is_aigpu() && e.name.starts_with("renderD"))
+                    .collect()
+            })
+            .unwrap_or_default();
+    if matches!(s.ks.probe, Err(NoKernelDevice::NodeMissing)) && aigpu_render.is_empty() {
+        let listing =
+            s.ks.drm
+                .as_ref()
+                .map(|v| {
+                    v.iter()
+                        .map(|e| format!("{} -> {}", e.name, e.device.as_deref().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_else(|e| e.describe());
+        out.push(finding(
+            NoKernelDevice::NodeMissing.describe(),
+            vec![ev(
+                "/sys/class/drm",
+                if listing.is_empty() {
+                    "no card or renderD entries".to_string()
+                } else {
+                    listing
+                },
+            )],
+        ));
+    }
+    for e in aigpu_render {
+        let node = format!("/dev/dri/{}", e.name);
+        if !s.host.exists(&node) {
+            out.push(finding(
+                format!(
+                    "{node} does not exist although the kernel registered /sys/class/drm/{} for {}",
+                    e.name,
+                    e.device.as_deref().unwrap_or("?")
+                ),
+                vec![ev(
+                    "/dev/dri",
+                    s.ks.nodes
+                        .as_ref()
+                        .map(|v| {
+                            v.iter()
+                                .map(|n| n.name.clone())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        })
+                        .unwrap_or_else(|e| e.describe()),
+                )],
+            ));
+        }
+    }
+    if !out.is_empty() {
+        return Status::Findings(out);
+    }
+    let nodes: Vec<String> = s
+        .view
+        .devices
+        .iter()
+        .map(|d| format!("{} ({})", d.node.as_deref().unwrap_or("no node"), d.name))
+        .collect();
+    Status::Ok(format!(
+        "aigpu{} loaded for kernel {release}{}; {}",
+        m.version
+            .as_deref()
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default(),
+        m.initstate
+            .as_deref()
+            .map(|i| format!(" ({i})"))
+            .unwrap_or_default(),
+        if nodes.is_empty() {
+            "no devices".to_string()
+        } else {
+            nodes.join(", ")
+        }
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn user_space(s: &Snapshot) -> Status {
+    let lib = libumd_uapi();
+    let mut out = Vec::new();
+    // 1. Node access and UAPI from libumd's own probe.
+    match &s.ks.probe {
+        Err(NoKernelDevice::PermissionDenied(node)) => {
+            let shown = s.host.show(std::path::Path::new(node));
+            let ls =
+                s.ks.nodes
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| v.iter().find(|n| n.path == shown))
+                    .map(|n| n.ls_line())
+                    .unwrap_or_else(|| shown.clone());
+            out.push(finding(
+                NoKernelDevice::PermissionDenied(shown).describe(),
+                vec![ev(
+                    "ls -l /dev/dri",
+                    format!("{ls} (this process: {})", s.identity),
+                )],
+            ));
+        }
+        Err(NoKernelDevice::VersionMismatch { kernel }) => out.push(finding(
+            uapi_text(lib, *kernel),
+            vec![ev(
+                "libumd probe (query ioctl)",
+                NoKernelDevice::VersionMismatch { kernel: *kernel }.describe(),
+            )],
+        )),
+        _ => {}
+    }
+    for d in &s.view.devices {
+        if let Access::No(why) = &d.access {
+            if why.contains("permission denied") && out.is_empty() {
+                out.push(finding(why.clone(), vec![ev("libumd probe", why.clone())]));
+            }
+        }
+    }
+    // 2. The kernel's UAPI as debugfs and dmesg tell it.
+    for d in &s.view.devices {
+        if let Some(dfs) = &d.debugfs {
+            if let Some(st) = &dfs.status {
+                if let Some(k) = st.get("uapi").and_then(parse_ver) {
+                    if !compatible(lib, k) {
+                        out.push(finding(
+                            uapi_text(lib, k),
+                            vec![ev(format!("{}/status", dfs.dir), st.line.clone())],
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (src, f) in dmesg_found(s) {
+        if let Event::Probe { uapi: Some(k), .. } = f.event {
+            if !compatible(lib, k) {
+                out.push(finding(uapi_text(lib, k), vec![dmesg_ev(&src, &f)]));
+            }
+        }
+    }
+    // 3. What libumd itself logged.
+    for r in s.logs.recs.iter().rev() {
+        let text = format!("{} {}", r.msg, r.fields_text());
+        if let Some((l, k)) = parse_mismatch(&text) {
+            out.push(finding(uapi_text(l, k), vec![log_ev(r)]));
+        } else if r.msg.contains("using the simulator backend") {
+            out.push(finding(
+                format!(
+                    "libumd in pid {} ran on the simulator, not the GPU: {}",
+                    r.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                    r.field_str("reason")
+                        .unwrap_or_else(|| "no kernel device".into())
+                ),
+                vec![log_ev(r)],
+            ));
+        } else if r
+            .code
+            .as_deref()
+            .is_some_and(|c| c.starts_with("UMD_ERR_INIT_"))
+        {
+            out.push(finding(
+                format!(
+                    "libumd in pid {} could not start: {} {}",
+                    r.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                    r.code.as_deref().unwrap_or(""),
+                    r.msg
+                ),
+                vec![log_ev(r)],
+            ));
+        }
+    }
+    // 4. The environment.
+    if let Some((_, v)) = s.env.iter().find(|(k, _)| k == "UMD_BACKEND") {
+        match v.as_str() {
+            "sim" if any_device(s) => out.push(finding(
+                format!(
+                    "UMD_BACKEND=sim is set: libumd uses the simulator, not {}",
+                    device_names(s).join(", ")
+                ),
+                vec![ev("environment", format!("UMD_BACKEND={v}"))],
+            )),
+            "" | "auto" | "kmd" | "sim" => {}
+            other => out.push(finding(
+                format!("UMD_BACKEND={other:?} is not one of auto, kmd, sim: every libumd call fails with UMD_ERR_INIT_BAD_CONFIG"),
+                vec![ev("environment", format!("UMD_BACKEND={v}"))],
+            )),
+        }
+    }
+    if !out.is_empty() {
+        return Status::Findings(out);
+    }
+    if !any_device(s) {
+        return Status::NotChecked("no aigpu device to drive (see the kernel module layer)".into());
+    }
+    let parts: Vec<String> = s
+        .view
+        .devices
+        .iter()
+        .map(|d| {
+            let access = match &d.access {
+                Access::Ok => "this user can open it",
+                Access::Offline => "access not checked (offline)",
+                Access::Sim => "simulator",
+                Access::No(_) => "libumd cannot open it",
+            };
+            format!(
+                "{} UAPI {} ({access})",
+                d.name,
+                d.uapi().unwrap_or_else(|| "unknown".into())
+            )
+        })
+        .collect();
+    Status::Ok(format!(
+        "libumd UAPI {}.{} drives {}",
+        lib.0,
+        lib.1,
+        parts.join(", ")
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// A fault or hang, from whichever source saw it.
+#[derive(Clone, Debug)]
+struct Incident {
+    kind: &'static str, // "page fault" | "job timeout" | "memory error"
+    device: String,
+    time: Option<Wall>,
+    ctx: Option<String>,
+    pid: Option<u64>,
+    comm: Option<String>,
+    va: Option<String>,
+    detail: String,
+    evidence: Evidence,
+}
+
+impl Incident {
+    fn what(&self) -> String {
+        match self.kind {
+            "page fault" => format!(
+                "a page fault at {}",
+                self.va.as_deref().unwrap_or("an unknown address")
+            ),
+            "job timeout" => "a job timeout (GPU hang)".into(),
+            k => format!("a {k}"),
+        }
+    }
+
+    fn place(&self) -> String {
+        format!(
+            "in context {} ({})",
+            self.ctx.as_deref().unwrap_or("?"),
+            who(self.pid, self.comm.as_deref())
+        )
+    }
+}
+
+fn crash_incident(device: &str, c: &CrashDump) -> Option<Incident> {
+    let kind = match c.kind.as_str() {
+        "page_fault" => "page fault",
+        "hang" => "job timeout",
+        _ => return None,
+    };
+    Some(Incident {
+        kind,
+        device: device.to_string(),
+        time: c.time,
+        ctx: c.ctx.map(|x| x.to_string()),
+        pid: c.pid,
+        comm: c.comm.clone(),
+        va: c.va.clone(),
+        detail: match (&c.fault, &c.access) {
+            (Some(f), Some(a)) => format!("{f} {a}"),
+            _ => String::new(),
+        },
+        evidence: ev(c.source.clone(), c.evidence.clone()),
+    })
+}
+
+fn application(s: &Snapshot) -> Status {
+    let mut kernel_side: Vec<Incident> = Vec::new();
+    for d in &s.view.devices {
+        let Some(dfs) = &d.debugfs else { continue };
+        let mut crash_ctx = Vec::new();
+        for c in &dfs.crashes {
+            if let Some(i) = crash_incident(&d.name, c) {
+                crash_ctx.push(i.ctx.clone());
+                kernel_side.push(i);
+            }
+        }
+        for c in &dfs.contexts {
+            let ctx = c.get("ctx").map(str::to_string);
+            if crash_ctx.contains(&ctx) {
+                continue;
+            }
+            let kind = if c.get("fault").is_some() {
+                "page fault"
+            } else if c.get("hung") == Some("1") {
+                "job timeout"
+            } else {
+                continue;
+            };
+            kernel_side.push(Incident {
+                kind,
+                device: d.name.clone(),
+                time: None,
+                ctx,
+                pid: c.num("pid"),
+                comm: c.get("comm").map(str::to_string),
+                va: c.get("va").map(str::to_string),
+                detail: format!("{} {}", c.or_dash("fault"), c.or_dash("access")),
+                evidence: ev(format!("{}/contexts", dfs.dir), c.line.clone()),
+            });
+        }
+    }
+    if kernel_side.is_empty() {
+        for (src, f) in dmesg_found(s).iter().chain(journal_found(s).iter()) {
+            let kind = match f.event {
+                Event::Fault => "page fault",
+                Event::Hang => "job timeout",
+                _ => continue,
+            };
+            kernel_side.push(Incident {
+                kind,
+                device: dmesg::loose(&f.line, &["device"]).unwrap_or_else(|| "aigpu".into()),
+                time: None,
+                ctx: dmesg::loose(&f.line, &["ctx", "context"]),
+                pid: dmesg::loose(&f.line, &["pid"]).and_then(|p| p.parse().ok()),
+                comm: dmesg::loose(&f.line, &["comm"]),
+                va: dmesg::loose(&f.line, &["va", "at", "address"]),
+                detail: String::new(),
+                evidence: dmesg_ev(src, f),
+            });
+        }
+    }
+    // libumd's view: its device-lost, fault and timeout records.
+    let log_inc = umdlog::analyze::incidents(&s.logs);
+    let mut log_side: Vec<Incident> = Vec::new();
+    for (k, r, ctx) in &log_inc {
+        let kind = match *k {
+            "GPU fault" => "page fault",
+            "job timeout" => "job timeout",
+            _ => continue,
+        };
+        log_side.push(Incident {
+            kind,
+            device: r
+                .field_str("device")
+                .map(|d| format!("device {d}"))
+                .unwrap_or_else(|| "device".into()),
+            time: Some(r.wall),
+            ctx: ctx.map(|c| c.to_string()),
+            pid: r.pid.map(u64::from),
+            comm: None,
+            va: r.field_str("va"),
+            detail: r.field_str("fault").unwrap_or_default(),
+            evidence: log_ev(r),
+        });
+    }
+    let incidents: Vec<Incident> = if kernel_side.is_empty() {
+        log_side
+    } else {
+        kernel_side
+    };
+    // Device loss.
+    let lost_dev: Vec<&crate::smi::DeviceView> = s
+        .view
+        .devices
+        .iter()
+        .filter(|d| d.state() == "lost")
+        .collect();
+    let lost_log: Option<&Rec> = log_inc
+        .iter()
+        .find(|(k, _, _)| *k == "device lost")
+        .map(|(_, r, _)| *r);
+    let lost_dmesg = dmesg_found(s)
+        .into_iter()
+        .find(|(_, f)| f.event == Event::Lost);
+    let mut out = Vec::new();
+    if !lost_dev.is_empty() || lost_log.is_some() || lost_dmesg.is_some() {
+        let last = incidents.iter().max_by_key(|i| i.time);
+        let at = lost_log.map(|r| r.wall).or(last.and_then(|i| i.time));
+        let mut e = Vec::new();
+        for d in &lost_dev {
+            if let Some(st) = d.debugfs.as_ref().and_then(|x| x.status.as_ref()) {
+                e.push(ev(
+                    format!(
+                        "{}/status",
+                        d.debugfs.as_ref().map(|x| x.dir.as_str()).unwrap_or("")
+                    ),
+                    st.line.clone(),
+                ));
+            }
+        }
+        if let Some(r) = lost_log {
+            e.push(log_ev(r));
+        }
+        if let Some((src, f)) = &lost_dmesg {
+            e.push(dmesg_ev(src, f));
+        }
+        if let Some(i) = last {
+            e.push(i.evidence.clone());
+        }
+        let when = at.map(|t| format!(" at {}", t.hms())).unwrap_or_default();
+        let text = match last {
+            Some(i) => format!("device lost{when} after {} {}", i.what(), i.place()),
+            None => format!("device lost{when} (no fault or hang recorded before it)"),
+        };
+        out.push(finding(text, e));
+    }
+    let mut sorted: Vec<&Incident> = incidents.iter().collect();
+    sorted.sort_by_key(|i| std::cmp::Reverse(i.time));
+    for i in sorted {
+        let when = i
+            .time
+            .map(|t| format!(" at {}", t.human()))
+            .unwrap_or_default();
+        let text = match i.kind {
+            "page fault" => format!(
+                "{} {} on {}{when}{} — the context was banned; other contexts keep running",
+                i.what(),
+                i.place(),
+                i.device,
+                if i.detail.trim().is_empty() || i.detail.trim() == "- -" {
+                    String::new()
+                } else {
+                    format!(" ({})", i.detail.trim())
+                }
+            ),
+            _ => format!(
+                "{} {} on {}{when} — the engine was reset and the context banned",
+                i.what(),
+                i.place(),
+                i.device
+            ),
+        };
+        out.push(finding(text, vec![i.evidence.clone()]));
+    }
+    // Errors libumd returned to the application.
+    for r in s.logs.recs.iter() {
+        if !umdlog::analyze::is_error(r) || r.msg.contains("simulator") {
+            continue;
+        }
+        let Some(code) = r.code.as_deref() else {
+            continue;
+        };
+        if code.starts_with("UMD_ERR_INIT_")
+            || code == "UMD_ERR_DEVICE_LOST"
+            || code == "UMD_ERR_CTX_LOST"
+        {
+            continue;
+        }
+        out.push(finding(
+            format!(
+                "libumd returned {code} to pid {}{}: {}",
+                r.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                r.function
+                    .as_deref()
+                    .map(|f| format!(" in {f}"))
+                    .unwrap_or_default(),
+                r.msg
+            ),
+            vec![log_ev(r)],
+        ));
+    }
+    if !out.is_empty() {
+        return Status::Findings(out);
+    }
+    if !any_device(s) && s.logs.recs.is_empty() {
+        return Status::NotChecked("no aigpu device and no libumd log".into());
+    }
+    let mut seen = Vec::new();
+    if !s.ks.debugfs.devices().is_empty() {
+        seen.push("debugfs contexts and crash dumps".to_string());
+    }
+    if s.dmesg.is_some() {
+        seen.push("dmesg".into());
+    }
+    if !s.logs.files.is_empty() {
+        seen.push(format!(
+            "{} libumd log file{}",
+            s.logs.files.len(),
+            if s.logs.files.len() == 1 { "" } else { "s" }
+        ));
+    }
+    Status::Ok(format!(
+        "no faults, hangs or errors in {}",
+        if seen.is_empty() {
+            "anything readable".to_string()
+        } else {
+            seen.join(", ")
+        }
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The verdict for people: one line per layer (OK or the first finding), its evidence lines
+/// indented below.
+pub fn render_text(v: &Verdict) -> String {
+    let mut out =
+        String::from("verdict (bottom up: the first finding of each layer, with its evidence):\n");
+    for l in &v.0 {
+        match &l.status {
+            Status::Ok(basis) => out += &format!("  {}: OK — {basis}\n", l.layer.name()),
+            Status::NotChecked(why) => {
+                out += &format!("  {}: not checked — {why}\n", l.layer.name())
+            }
+            Status::Findings(fs) => {
+                if let Some(f) = fs.first() {
+                    out += &format!("  {}: {}\n", l.layer.name(), f.text);
+                    for e in &f.evidence {
+                        out += &format!("    evidence ({}): {}\n", e.source, e.line);
+                    }
+                    if fs.len() > 1 {
+                        out += &format!(
+                            "    ({} more finding{} in summary.txt)\n",
+                            fs.len() - 1,
+                            if fs.len() == 2 { "" } else { "s" }
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every finding of every layer (summary.txt).
+pub fn render_all(v: &Verdict) -> String {
+    let mut out = String::new();
+    for l in &v.0 {
+        match &l.status {
+            Status::Ok(b) => out += &format!("{}: OK — {b}\n", l.layer.name()),
+            Status::NotChecked(w) => out += &format!("{}: not checked — {w}\n", l.layer.name()),
+            Status::Findings(fs) => {
+                for (i, f) in fs.iter().enumerate() {
+                    out += &format!(
+                        "{}{}: {}\n",
+                        l.layer.name(),
+                        if i == 0 { "" } else { " (also)" },
+                        f.text
+                    );
+                    for e in &f.evidence {
+                        out += &format!("    evidence ({}): {}\n", e.source, e.line);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The verdict for machines.
+pub fn render_json(v: &Verdict) -> Value {
+    Value::from(
+        v.0.iter()
+            .map(|l| {
+                let (status, text, findings) = match &l.status {
+                    Status::Ok(b) => ("ok", b.clone(), Vec::new()),
+                    Status::NotChecked(w) => ("not_checked", w.clone(), Vec::new()),
+                    Status::Findings(fs) => (
+                        "finding",
+                        fs.first().map(|f| f.text.clone()).unwrap_or_default(),
+                        fs.clone(),
+                    ),
+                };
+                json!({
+                    "layer": l.layer.name(),
+                    "status": status,
+                    "text": text,
+                    "findings": findings.iter().map(|f| json!({
+                        "text": f.text,
+                        "evidence": f.evidence.iter().map(|e| json!({"source": e.source, "line": e.line})).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uapi_sentences() {
+        assert_eq!(
+            uapi_text((1, 4, 3), (1, 2)),
+            "libumd UAPI 1.4 needs kernel UAPI ≥ 1.3, found 1.2"
+        );
+        assert_eq!(
+            parse_mismatch("UMD_BACKEND=kmd: kernel aigpu UAPI 1.2 cannot be driven by this libumd (UAPI 1.4, needs kernel 1.3+)."),
+            Some(((1, 4, 3), (1, 2)))
+        );
+        let own = NoKernelDevice::VersionMismatch { kernel: (2, 0) }.describe();
+        assert_eq!(
+            parse_mismatch(&own),
+            Some((libumd_uapi(), (2, 0))),
+            "libumd's own sentence parses: {own}"
+        );
+    }
+}
