@@ -6,7 +6,9 @@
 //!
 //! Layout (one concern per file, after drivers/gpu/drm/tyr):
 //! - `driver.rs` — the `drm::Driver` implementation, per-device data, device creation;
-//! - `file.rs`   — per-open-file state: the GPU address space and the set of our GEM objects;
+//! - `file.rs`   — per-open-file state: the GPU address space, the contexts and the set of our
+//!                 GEM objects;
+//! - `ctx.rs`    — contexts (bookkeeping only in this version) and their ioctls;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign
 //!                 objects;
 //! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
@@ -19,6 +21,7 @@
 
 use kernel::prelude::*;
 
+mod ctx;
 mod driver;
 mod file;
 mod gem;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Per-open-file state: the file's GPU address space and the set of this driver's GEM objects
+//! Per-open-file state: the file's GPU address space, its contexts and the set of this driver's GEM objects
 //! that have a handle in the file (see `gem.rs` for why).
 
 use kernel::{
@@ -11,6 +11,7 @@ use kernel::{
 };
 
 use crate::{
+    ctx::Contexts,
     driver::{AigpuDevice, AigpuDriver},
     vm::Vm,
 };
@@ -26,6 +27,9 @@ pub(crate) struct AigpuFile {
     /// handles. Only written by the GEM `open` / `close` callbacks of our objects.
     #[pin]
     objects: Mutex<RBTree<usize, u32>>,
+    /// The file's contexts.
+    #[pin]
+    pub(crate) ctxs: Mutex<Contexts>,
 }
 
 impl drm::file::DriverFile for AigpuFile {
@@ -37,6 +41,7 @@ impl drm::file::DriverFile for AigpuFile {
             try_pin_init!(Self {
                 vm <- new_mutex!(vm),
                 objects <- new_mutex!(RBTree::new()),
+                ctxs <- new_mutex!(Contexts::new()),
             }),
             GFP_KERNEL,
         )

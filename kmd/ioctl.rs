@@ -10,8 +10,9 @@
 //! on entry and writes the failure's reason into the kernel copy before returning the negative
 //! errno; the core's copy-back delivers it together with the errno. Failures before the driver
 //! is called (`ENOTTY`/`EINVAL` for an unknown number, `EFAULT`, `EACCES` from the permission
-//! check, `ENODEV` after unplug) leave the struct as user space passed it, so user space must
-//! zero `reason` before the call; `docs/kmd.md` says so.
+//! check, `ENODEV` when the core already sees the device unplugged) leave the struct as user
+//! space passed it, so user space must zero `reason` before the call; `docs/kmd.md` says so. A
+//! device that goes away between the core's check and ours gives `ENODEV` + `DEVICE_LOST`.
 //!
 //! `kernel::declare_drm_ioctls!` only accepts structs of the kernel's own `uapi` crate, so the
 //! descriptors are built here with the same public helpers (as in the spike prototype).
@@ -25,6 +26,7 @@ use kernel::{
 };
 
 use crate::{
+    ctx,
     driver::{AigpuDriver, DrmFile, RegDevice},
     file::AigpuFile,
     gem::{self, MemAccount},
@@ -126,13 +128,14 @@ macro_rules! aigpu_ioctl {
             // reference count it holds for the call.
             let dev: &drm::Device<AigpuDriver, drm::Ioctl> =
                 unsafe { drm::Device::from_raw(raw_dev) };
-            let Some(guard) = dev.registration_guard() else {
-                return ENODEV.to_errno();
-            };
             // SAFETY: `drm_ioctl()` passes a kernel buffer of at least `_IOC_SIZE(cmd)` bytes
             // (asserted equal to `size_of::<$ty>()` above), exclusively ours for the call; every
             // bit pattern is valid for these plain `#[repr(C)]` integer structs.
             let data = unsafe { &mut *raw_data.cast::<$ty>() };
+            let Some(guard) = dev.registration_guard() else {
+                data.set_reason(reason::DEVICE_LOST);
+                return ENODEV.to_errno();
+            };
             // SAFETY: `raw_file` is an open `drm_file` of this driver.
             let file = unsafe { drm::File::<AigpuFile>::from_raw(raw_file) };
             data.set_reason(reason::NONE);
@@ -160,11 +163,11 @@ pub(crate) const IOCTLS: &[drm::ioctl::DrmIoctlDescriptor] = &[
     aigpu_ioctl!(c"AIGPU_GEM_MMAP_OFFSET", u::IOCTL_GEM_MMAP_OFFSET, u::NR_GEM_MMAP_OFFSET, u::GemMmapOffset, gem_mmap_offset),
     aigpu_ioctl!(c"AIGPU_VM_BIND", u::IOCTL_VM_BIND, u::NR_VM_BIND, u::VmBind, vm_bind),
     aigpu_ioctl!(c"AIGPU_VM_UNBIND", u::IOCTL_VM_UNBIND, u::NR_VM_UNBIND, u::VmUnbind, vm_unbind),
-    aigpu_ioctl!(c"AIGPU_CTX_CREATE", u::IOCTL_CTX_CREATE, u::NR_CTX_CREATE, u::CtxCreate, not_yet),
-    aigpu_ioctl!(c"AIGPU_CTX_DESTROY", u::IOCTL_CTX_DESTROY, u::NR_CTX_DESTROY, u::CtxDestroy, not_yet),
-    aigpu_ioctl!(c"AIGPU_SUBMIT", u::IOCTL_SUBMIT, u::NR_SUBMIT, u::Submit, not_yet),
-    aigpu_ioctl!(c"AIGPU_WAIT", u::IOCTL_WAIT, u::NR_WAIT, u::Wait, not_yet),
-    aigpu_ioctl!(c"AIGPU_CTX_STATE", u::IOCTL_CTX_STATE, u::NR_CTX_STATE, u::CtxState, not_yet),
+    aigpu_ioctl!(c"AIGPU_CTX_CREATE", u::IOCTL_CTX_CREATE, u::NR_CTX_CREATE, u::CtxCreate, ctx::ctx_create),
+    aigpu_ioctl!(c"AIGPU_CTX_DESTROY", u::IOCTL_CTX_DESTROY, u::NR_CTX_DESTROY, u::CtxDestroy, ctx::ctx_destroy),
+    aigpu_ioctl!(c"AIGPU_SUBMIT", u::IOCTL_SUBMIT, u::NR_SUBMIT, u::Submit, ctx::submit),
+    aigpu_ioctl!(c"AIGPU_WAIT", u::IOCTL_WAIT, u::NR_WAIT, u::Wait, ctx::wait),
+    aigpu_ioctl!(c"AIGPU_CTX_STATE", u::IOCTL_CTX_STATE, u::NR_CTX_STATE, u::CtxState, ctx::ctx_state),
 ];
 const _: () = assert!(IOCTLS.len() == u::NUM_IOCTLS as usize);
 
@@ -200,10 +203,12 @@ fn gem_mmap_offset(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile)
 
 /// VM bind: map part of an object into the file's GPU address space.
 ///
-/// Checks, in order: flags, access, size zero, alignment (va, bo_offset, size), VA range and
-/// overflow, handle, object range, then (in `Vm::bind`) overlap and the mapping limit.
+/// Checks, in order (the simulator backend's order): flags, handle, access, size zero,
+/// alignment (va, bo_offset, size), VA range and overflow, object range, then (in `Vm::bind`)
+/// overlap and the mapping limit.
 fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
+    let obj = gem::lookup(file, req.handle)?;
     let access_all = u::VM_ACCESS_READ | u::VM_ACCESS_WRITE;
     if req.access == 0 || req.access & !access_all != 0 {
         return Err(fail(EINVAL, reason::ACCESS_INVALID));
@@ -215,7 +220,6 @@ fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult 
         return Err(fail(EINVAL, reason::UNALIGNED));
     }
     check_va_range(req.va, req.size)?;
-    let obj = gem::lookup(file, req.handle)?;
     let bo_end = req
         .bo_offset
         .checked_add(req.size)
@@ -241,9 +245,4 @@ fn vm_unbind(_dev: &RegDevice, req: &mut u::VmUnbind, file: &DrmFile) -> IoctlRe
     }
     check_va_range(req.va, req.size)?;
     file.inner().vm.lock().unbind(req.va, req.size)
-}
-
-/// Context, submit and wait ioctls: registered, implemented by the next issue.
-fn not_yet<T>(_dev: &RegDevice, _req: &mut T, _file: &DrmFile) -> IoctlResult {
-    Err(fail(EOPNOTSUPP, reason::NONE))
 }

@@ -126,7 +126,7 @@ impl Vm {
     /// Maps `args` of `obj` (already validated against the UAPI rules and the object size).
     ///
     /// `dev` is the GPU's parent device (page-table pages and the object's DMA mapping live on
-    /// it). Fails with `EEXIST` + `VA_OVERLAP`, `ENOSPC` + `OBJECT_LIMIT`, or `ENOMEM` +
+    /// it). Fails with `EINVAL` + `VA_OVERLAP`, `ENOSPC` + `OBJECT_LIMIT`, or `ENOMEM` +
     /// `OUT_OF_MEMORY`; on failure nothing is left mapped.
     pub(crate) fn bind(
         &mut self,
@@ -136,7 +136,7 @@ impl Vm {
     ) -> Result<(), Fail> {
         let end = args.va + args.size;
         if self.overlaps(args.va, end) {
-            return Err(fail(EEXIST, reason::VA_OVERLAP));
+            return Err(fail(EINVAL, reason::VA_OVERLAP));
         }
         if self.count >= MAX_MAPPINGS {
             return Err(fail(ENOSPC, reason::OBJECT_LIMIT));
@@ -221,11 +221,11 @@ impl Vm {
         Ok(())
     }
 
-    /// Removes exactly the mapping `[va, va + size)`; `ENOENT` + `VA_NOT_MAPPED` otherwise.
+    /// Removes exactly the mapping `[va, va + size)`; `EINVAL` + `VA_NOT_MAPPED` otherwise.
     pub(crate) fn unbind(&mut self, va: u64, size: u64) -> Result<(), Fail> {
         match self.mappings.get(&va) {
             Some(m) if m.size == size => {}
-            _ => return Err(fail(ENOENT, reason::VA_NOT_MAPPED)),
+            _ => return Err(fail(EINVAL, reason::VA_NOT_MAPPED)),
         }
         if let Some(root) = self.root.as_deref_mut() {
             let mut cur = va;

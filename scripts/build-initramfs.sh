@@ -25,14 +25,8 @@ HDR=$KBUILD_OUT/usr/include
 OUT=$AIGPU_ROOT/out/guest
 mkdir -p "$OUT"
 
-# The project's C UAPI header, or the test's private stand-in until it exists.
-cflags=(-static -O2 -g -Wall -Wextra -Werror -I"$HDR" -I"$AIGPU_ROOT/tests/guest")
-if [ -f "$AIGPU_ROOT/include/aigpu_drm.h" ] && [ "${AIGPU_TEST_COMPAT_HEADER:-0}" != 1 ]; then
-  cflags+=(-I"$AIGPU_ROOT/include")
-else
-  stamp "build-initramfs: include/aigpu_drm.h not there: using tests/guest/aigpu_drm_compat.h"
-  cflags+=(-DAIGPU_USE_COMPAT_HEADER)
-fi
+[ -f "$AIGPU_ROOT/include/aigpu_drm.h" ] || { echo "build-initramfs: include/aigpu_drm.h missing" >&2; exit 1; }
+cflags=(-static -O2 -g -Wall -Wextra -Werror -I"$HDR" -I"$AIGPU_ROOT/include")
 gcc "${cflags[@]}" -o "$OUT/kmd_test" "$AIGPU_ROOT/tests/guest/kmd_test.c"
 
 R=$(mktemp -d)
