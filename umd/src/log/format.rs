@@ -37,19 +37,119 @@ impl Format {
     }
 }
 
+/// Where formatted bytes go: a `Vec<u8>` (the writer thread), a `String` (tests) or a
+/// [`FixedLine`] (the emergency ring, no allocation). Integers are formatted by hand: the
+/// writer thread formats about a million records a second and `core::fmt` is the slow part.
+pub trait Out {
+    /// Appends a string.
+    fn s(&mut self, s: &str);
+    /// Appends an ASCII byte.
+    fn c(&mut self, c: u8) {
+        let b = [c];
+        self.s(std::str::from_utf8(&b).unwrap_or("?"));
+    }
+    /// Appends an unsigned integer.
+    fn u(&mut self, v: u64) {
+        let mut b = [0u8; 20];
+        self.s(itoa(&mut b, v));
+    }
+    /// Appends a signed integer.
+    fn i(&mut self, v: i64) {
+        if v < 0 {
+            self.c(b'-');
+        }
+        self.u(v.unsigned_abs());
+    }
+    /// Appends an f64 (`Display`, as Rust prints it).
+    fn f(&mut self, v: f64) {
+        let mut b = [0u8; 48];
+        let mut w = FixedLine::new(&mut b);
+        let _ = write!(w, "{v}");
+        let n = w.len;
+        self.s(std::str::from_utf8(&b[..n]).unwrap_or("NaN"));
+    }
+}
+
+impl Out for Vec<u8> {
+    #[inline]
+    fn s(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+    #[inline]
+    fn c(&mut self, c: u8) {
+        self.push(c);
+    }
+}
+
+impl Out for String {
+    fn s(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+impl Out for FixedLine<'_> {
+    fn s(&mut self, s: &str) {
+        let _ = self.write_str(s);
+    }
+}
+
+/// Decimal digits of `v` in `b`.
+pub fn itoa(b: &mut [u8; 20], mut v: u64) -> &str {
+    let mut i = 20;
+    loop {
+        i -= 1;
+        b[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&b[i..]).unwrap_or("0")
+}
+
+fn pad(o: &mut (impl Out + ?Sized), v: u64, width: usize) {
+    let mut b = [0u8; 20];
+    let d = itoa(&mut b, v);
+    for _ in d.len()..width {
+        o.c(b'0');
+    }
+    o.s(d);
+}
+
+thread_local! {
+    /// The formatted "YYYY-MM-DDTHH:MM:SS." of the last second seen by this thread.
+    static WALL_PREFIX: std::cell::Cell<(u64, [u8; 20])> = const { std::cell::Cell::new((u64::MAX, [0; 20])) };
+}
+
 /// Writes `ns` since the epoch as `2026-11-29T02:13:07.123456Z` (UTC, microseconds).
-pub fn write_wall<W: Write + ?Sized>(w: &mut W, ns: u64) -> fmt::Result {
+pub fn write_wall(o: &mut (impl Out + ?Sized), ns: u64) {
     let secs = ns / 1_000_000_000;
     let us = (ns / 1_000) % 1_000_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = crate::util::civil_from_days(days as i64);
-    write!(
-        w,
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{us:06}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    let cached = WALL_PREFIX
+        .try_with(|c| c.get())
+        .ok()
+        .filter(|c| c.0 == secs);
+    let prefix = match cached {
+        Some((_, p)) => p,
+        None => {
+            let (days, rem) = (secs / 86_400, secs % 86_400);
+            let (y, m, d) = crate::util::civil_from_days(days as i64);
+            let mut p = [0u8; 20];
+            let mut w = FixedLine::new(&mut p);
+            let _ = write!(
+                w,
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.",
+                rem / 3600,
+                (rem / 60) % 60,
+                rem % 60
+            );
+            let _ = WALL_PREFIX.try_with(|c| c.set((secs, p)));
+            p
+        }
+    };
+    o.s(std::str::from_utf8(&prefix).unwrap_or("0000-00-00T00:00:00."));
+    pad(o, us, 6);
+    o.c(b'Z');
 }
 
 /// Level name as printed.
@@ -70,64 +170,65 @@ fn needs_quote(s: &str) -> bool {
             .any(|b| b <= b' ' || b == b'"' || b == b'=' || b == b'\\' || b == 0x7f)
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// Writes `s` as a JSON string literal (with quotes).
-pub fn write_quoted<W: Write + ?Sized>(w: &mut W, s: &str) -> fmt::Result {
-    w.write_char('"')?;
+pub fn write_quoted(w: &mut (impl Out + ?Sized), s: &str) {
+    w.c(b'"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
-        let esc: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0..=0x1f | 0x7f => None,
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f | 0x7f => "",
             _ => continue,
         };
-        w.write_str(&s[start..i])?;
-        match esc {
-            Some(e) => w.write_str(e)?,
-            None => write!(w, "\\u{:04x}", b)?,
+        w.s(&s[start..i]);
+        if esc.is_empty() {
+            w.s("\\u00");
+            w.c(HEX[(b >> 4) as usize]);
+            w.c(HEX[(b & 15) as usize]);
+        } else {
+            w.s(esc);
         }
         start = i + 1;
     }
-    w.write_str(&s[start..])?;
-    w.write_char('"')
+    w.s(&s[start..]);
+    w.c(b'"');
 }
 
-fn write_token<W: Write + ?Sized>(w: &mut W, s: &str) -> fmt::Result {
+fn write_token(w: &mut (impl Out + ?Sized), s: &str) {
     if needs_quote(s) {
         write_quoted(w, s)
     } else {
-        w.write_str(s)
+        w.s(s)
     }
 }
 
-fn write_val_text<W: Write + ?Sized, const N: usize>(
-    w: &mut W,
-    r: &Record<N>,
-    v: Val,
-) -> fmt::Result {
+fn write_val_text<const N: usize>(w: &mut (impl Out + ?Sized), r: &Record<N>, v: Val) {
     match v {
-        Val::U64(n) => write!(w, "{n}"),
-        Val::I64(n) => write!(w, "{n}"),
-        Val::F64(n) => write!(w, "{n}"),
-        Val::Bool(b) => write!(w, "{b}"),
+        Val::U64(n) => w.u(n),
+        Val::I64(n) => w.i(n),
+        Val::F64(n) => w.f(n),
+        Val::Bool(b) => w.s(if b { "true" } else { "false" }),
         Val::Str(..) => write_token(w, r.str_of(v).unwrap_or("")),
     }
 }
 
-fn write_val_json<W: Write + ?Sized, const N: usize>(
-    w: &mut W,
-    r: &Record<N>,
-    v: Val,
-) -> fmt::Result {
+fn write_val_json<const N: usize>(w: &mut (impl Out + ?Sized), r: &Record<N>, v: Val) {
     match v {
-        Val::U64(n) => write!(w, "{n}"),
-        Val::I64(n) => write!(w, "{n}"),
-        Val::F64(n) if n.is_finite() => write!(w, "{n}"),
-        Val::F64(n) => write!(w, "\"{n}\""),
-        Val::Bool(b) => write!(w, "{b}"),
+        Val::U64(n) => w.u(n),
+        Val::I64(n) => w.i(n),
+        Val::F64(n) if n.is_finite() => w.f(n),
+        Val::F64(n) => {
+            w.c(b'"');
+            w.f(n);
+            w.c(b'"');
+        }
+        Val::Bool(b) => w.s(if b { "true" } else { "false" }),
         Val::Str(..) => write_quoted(w, r.str_of(v).unwrap_or("")),
     }
 }
@@ -137,123 +238,122 @@ fn is_no_ctx(v: Option<Val>) -> bool {
 }
 
 /// One text line (with the trailing newline) for record `r` whose wall time is `wall_ns`.
-pub fn write_text<W: Write + ?Sized, const N: usize>(
-    w: &mut W,
-    r: &Record<N>,
-    wall_ns: u64,
-) -> fmt::Result {
+pub fn write_text<const N: usize>(w: &mut (impl Out + ?Sized), r: &Record<N>, wall_ns: u64) {
     let m = r.meta;
-    write_wall(w, wall_ns)?;
-    write!(
-        w,
-        " {} {} tid={} {} ",
-        r.mono_ns,
-        level_name(m.level()),
-        r.tid,
-        m.target()
-    )?;
+    write_wall(w, wall_ns);
+    w.c(b' ');
+    w.u(r.mono_ns);
+    w.c(b' ');
+    w.s(level_name(m.level()));
+    w.s(" tid=");
+    w.u(r.tid as u64);
+    w.c(b' ');
+    w.s(m.target());
+    w.c(b' ');
     match r.function {
-        Some(v) => write_val_text(w, r, v)?,
-        None => w.write_char('-')?,
+        Some(v) => write_val_text(w, r, v),
+        None => w.c(b'-'),
     }
     match (m.file(), m.line()) {
         (Some(f), Some(l)) => {
-            w.write_char(' ')?;
-            write_token(w, f)?;
-            write!(w, ":{l}")?
+            w.c(b' ');
+            write_token(w, f);
+            w.c(b':');
+            w.u(l as u64);
         }
-        _ => w.write_str(" -")?,
+        _ => w.s(" -"),
     }
-    w.write_str(" ctx=")?;
+    w.s(" ctx=");
     match r.ctx {
-        Some(v) if !is_no_ctx(Some(v)) => write_val_text(w, r, v)?,
-        _ => w.write_char('-')?,
+        Some(v) if !is_no_ctx(Some(v)) => write_val_text(w, r, v),
+        _ => w.c(b'-'),
     }
-    w.write_str(" code=")?;
+    w.s(" code=");
     match r.code {
-        Some(v) => write_val_text(w, r, v)?,
-        None => w.write_char('-')?,
+        Some(v) => write_val_text(w, r, v),
+        None => w.c(b'-'),
     }
-    w.write_char(' ')?;
-    write_quoted(w, r.msg.and_then(|v| r.str_of(v)).unwrap_or(""))?;
+    w.c(b' ');
+    write_quoted(w, r.msg.and_then(|v| r.str_of(v)).unwrap_or(""));
     for &(k, v) in r.kvs() {
-        write!(w, " {k}=")?;
-        write_val_text(w, r, v)?;
+        w.c(b' ');
+        w.s(k);
+        w.c(b'=');
+        write_val_text(w, r, v);
     }
     if r.extra_fields > 0 {
-        write!(w, " fields_dropped={}", r.extra_fields)?;
+        w.s(" fields_dropped=");
+        w.u(r.extra_fields as u64);
     }
-    w.write_char('\n')
+    w.c(b'\n');
 }
 
 /// One JSON line (with the trailing newline).
-pub fn write_json<W: Write + ?Sized, const N: usize>(
-    w: &mut W,
-    r: &Record<N>,
-    wall_ns: u64,
-) -> fmt::Result {
+pub fn write_json<const N: usize>(w: &mut (impl Out + ?Sized), r: &Record<N>, wall_ns: u64) {
     let m = r.meta;
-    w.write_str("{\"ts\":\"")?;
-    write_wall(w, wall_ns)?;
-    write!(
-        w,
-        "\",\"mono_ns\":{},\"level\":\"{}\",\"tid\":{},\"module\":",
-        r.mono_ns,
-        level_name(m.level()),
-        r.tid
-    )?;
-    write_quoted(w, m.target())?;
-    w.write_str(",\"function\":")?;
+    w.s("{\"ts\":\"");
+    write_wall(w, wall_ns);
+    w.s("\",\"mono_ns\":");
+    w.u(r.mono_ns);
+    w.s(",\"level\":\"");
+    w.s(level_name(m.level()));
+    w.s("\",\"tid\":");
+    w.u(r.tid as u64);
+    w.s(",\"module\":");
+    write_quoted(w, m.target());
+    w.s(",\"function\":");
     match r.function {
-        Some(v) => write_val_json(w, r, v)?,
-        None => w.write_str("null")?,
+        Some(v) => write_val_json(w, r, v),
+        None => w.s("null"),
     }
-    w.write_str(",\"file\":")?;
+    w.s(",\"file\":");
     match m.file() {
-        Some(f) => write_quoted(w, f)?,
-        None => w.write_str("null")?,
+        Some(f) => write_quoted(w, f),
+        None => w.s("null"),
     }
+    w.s(",\"line\":");
     match m.line() {
-        Some(l) => write!(w, ",\"line\":{l}")?,
-        None => w.write_str(",\"line\":null")?,
+        Some(l) => w.u(l as u64),
+        None => w.s("null"),
     }
-    w.write_str(",\"ctx\":")?;
+    w.s(",\"ctx\":");
     match r.ctx {
-        Some(v) if !is_no_ctx(Some(v)) => write_val_json(w, r, v)?,
-        _ => w.write_str("null")?,
+        Some(v) if !is_no_ctx(Some(v)) => write_val_json(w, r, v),
+        _ => w.s("null"),
     }
-    w.write_str(",\"code\":")?;
+    w.s(",\"code\":");
     match r.code {
-        Some(v) => write_val_json(w, r, v)?,
-        None => w.write_str("null")?,
+        Some(v) => write_val_json(w, r, v),
+        None => w.s("null"),
     }
-    w.write_str(",\"msg\":")?;
-    write_quoted(w, r.msg.and_then(|v| r.str_of(v)).unwrap_or(""))?;
-    w.write_str(",\"fields\":{")?;
+    w.s(",\"msg\":");
+    write_quoted(w, r.msg.and_then(|v| r.str_of(v)).unwrap_or(""));
+    w.s(",\"fields\":{");
     for (i, &(k, v)) in r.kvs().iter().enumerate() {
         if i > 0 {
-            w.write_char(',')?;
+            w.c(b',');
         }
-        write_quoted(w, k)?;
-        w.write_char(':')?;
-        write_val_json(w, r, v)?;
+        write_quoted(w, k);
+        w.c(b':');
+        write_val_json(w, r, v);
     }
     if r.extra_fields > 0 {
         if r.nfields > 0 {
-            w.write_char(',')?;
+            w.c(b',');
         }
-        write!(w, "\"fields_dropped\":{}", r.extra_fields)?;
+        w.s("\"fields_dropped\":");
+        w.u(r.extra_fields as u64);
     }
-    w.write_str("}}\n")
+    w.s("}}\n");
 }
 
 /// Writes `r` in format `f`.
-pub fn write_record<W: Write + ?Sized, const N: usize>(
-    w: &mut W,
+pub fn write_record<const N: usize>(
+    w: &mut (impl Out + ?Sized),
     f: Format,
     r: &Record<N>,
     wall_ns: u64,
-) -> fmt::Result {
+) {
     match f {
         Format::Text => write_text(w, r, wall_ns),
         Format::Json => write_json(w, r, wall_ns),
@@ -317,14 +417,32 @@ mod tests {
     #[test]
     fn wall_is_rfc3339_with_micros() {
         let mut s = String::new();
-        write_wall(&mut s, 1_795_918_387_123_456_789).unwrap();
-        assert_eq!(s, "2026-11-29T02:13:07.123456Z");
+        write_wall(&mut s, 1_795_918_387_123_456_789);
+        write_wall(&mut s, 1_795_918_387_000_001_000);
+        write_wall(&mut s, 1_795_918_388_999_999_999);
+        assert_eq!(
+            s,
+            "2026-11-29T02:13:07.123456Z2026-11-29T02:13:07.000001Z2026-11-29T02:13:08.999999Z"
+        );
+    }
+
+    #[test]
+    fn integers() {
+        let mut s = String::new();
+        s.u(0);
+        s.c(b' ');
+        s.u(u64::MAX);
+        s.c(b' ');
+        s.i(i64::MIN);
+        s.c(b' ');
+        s.f(0.5);
+        assert_eq!(s, "0 18446744073709551615 -9223372036854775808 0.5");
     }
 
     #[test]
     fn quoting() {
         let mut s = String::new();
-        write_quoted(&mut s, "a \"b\"\n\\c\u{1}").unwrap();
+        write_quoted(&mut s, "a \"b\"\n\\c\u{1}");
         assert_eq!(s, r#""a \"b\"\n\\c\u0001""#);
         assert!(needs_quote(""));
         assert!(needs_quote("-"));

@@ -34,7 +34,7 @@ mod writer;
 use config::{Config, Overflow};
 use crossbeam_channel::{bounded, SendTimeoutError, TrySendError};
 use filter::Filter;
-use record::Record;
+use record::{Packed, Record};
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -48,10 +48,6 @@ pub use writer::Filters;
 use writer::{Msg, Writer};
 
 pub use format::Format;
-
-/// Inline text bytes of a queued record (message and string values; longer ones spill to the
-/// heap).
-pub(crate) const INLINE: usize = 160;
 
 const UNINIT: u8 = 0;
 const INITING: u8 = 1;
@@ -551,7 +547,7 @@ fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
     event.record(&mut r);
     let mut line = [0u8; ring::SLOT_BYTES];
     let mut w = format::FixedLine::new(&mut line);
-    let _ = format::write_text(&mut w, &r, crate::error::detail::wall_ns());
+    format::write_text(&mut w, &r, crate::error::detail::wall_ns());
     let n = w.finish();
     ring::push(&line[..n]);
 }
@@ -565,9 +561,7 @@ fn on_event(event: &Event<'_>) {
     if level <= Level::WARN {
         ring_event(event, mono_ns, tid);
     }
-    let mut r: Record<INLINE> = Record::new(meta, true);
-    r.mono_ns = mono_ns;
-    r.tid = tid;
+    let mut r = Packed::new(meta, mono_ns, tid);
     event.record(&mut r);
     if writer::on_writer_thread() {
         writer::push_local(r);
@@ -594,7 +588,7 @@ fn on_event(event: &Event<'_>) {
 }
 
 #[inline]
-fn enqueue(p: &Pipeline, r: Record<INLINE>, error: bool) {
+fn enqueue(p: &Pipeline, r: Packed, error: bool) {
     let m = match p.tx.try_send(Msg::Rec(r)) {
         Ok(()) => {
             // The writer parks when idle; wake it only then (no system call on a busy stream).

@@ -58,6 +58,12 @@ impl<const N: usize> TextBuf<N> {
             self.spill.len() as u32
         }
     }
+    /// Empties the buffer (keeps a heap allocation for reuse).
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.spill.clear();
+        self.truncated = false;
+    }
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -69,8 +75,9 @@ impl<const N: usize> TextBuf<N> {
         } else {
             &self.spill[..]
         };
-        // Only whole `&str`s or prefixes cut at char boundaries are appended.
-        std::str::from_utf8(b).unwrap_or("")
+        // SAFETY: only whole `&str`s, or prefixes of them cut at char boundaries, are ever
+        // appended (`push`), so the bytes are valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(b) }
     }
     /// The string in `start..end`.
     pub fn slice(&self, start: u32, end: u32) -> &str {
@@ -78,7 +85,7 @@ impl<const N: usize> TextBuf<N> {
             .get(start as usize..end as usize)
             .unwrap_or("")
     }
-    fn push(&mut self, s: &str) {
+    pub(crate) fn push(&mut self, s: &str) {
         if !self.spill.is_empty() {
             self.spill.extend_from_slice(s.as_bytes());
             return;
@@ -161,6 +168,21 @@ impl<const N: usize> Record<N> {
         }
     }
 
+    /// Empties the record for reuse with `meta` (keeps the text buffer's allocation).
+    pub fn reset(&mut self, meta: &'static Metadata<'static>) {
+        self.meta = meta;
+        self.mono_ns = 0;
+        self.wall_ns = 0;
+        self.tid = 0;
+        self.extra_fields = 0;
+        self.nfields = 0;
+        self.msg = None;
+        self.ctx = None;
+        self.code = None;
+        self.function = None;
+        self.text.clear();
+    }
+
     /// The kept key=value fields.
     pub fn kvs(&self) -> &[(&'static str, Val)] {
         &self.fields[..self.nfields as usize]
@@ -175,7 +197,7 @@ impl<const N: usize> Record<N> {
     }
 
     #[inline]
-    fn put(&mut self, field: &Field, v: Val) {
+    pub(crate) fn put(&mut self, field: &Field, v: Val) {
         match field.name() {
             "message" => self.msg = Some(v),
             "ctx" => self.ctx = Some(v),
@@ -220,9 +242,303 @@ impl<const N: usize> Visit for Record<N> {
     }
 }
 
+/// Inline bytes of a [`Packed`] record (the whole record is 128 bytes: two cache lines).
+pub(crate) const PACKED_INLINE: usize = 82;
+
+const T_U64: u8 = 0;
+const T_I64: u8 = 1;
+const T_F64: u8 = 2;
+const T_FALSE: u8 = 3;
+const T_TRUE: u8 = 4;
+/// String with a varint length.
+const T_STR: u8 = 5;
+/// String formatted in place (`Debug`/`Display`), with a fixed two-byte length.
+const T_FMT: u8 = 6;
+
+/// The queued form of a record, as small as possible because the caller pays for every cache
+/// line it writes into the queue slot (the slot was last touched by the writer thread on another
+/// core). Fields are appended as `[field index][type][payload]` with varint integers; names, and
+/// which field is the message / ctx / code / function, are looked up on the writer thread.
+/// Strings longer than 65535 bytes are cut. The buffer moves to the heap only when the record
+/// does not fit inline.
+pub struct Packed {
+    /// Call-site metadata.
+    pub meta: &'static Metadata<'static>,
+    /// CLOCK_MONOTONIC at capture, ns.
+    pub mono_ns: u64,
+    /// OS thread id.
+    pub tid: u32,
+    len: u16,
+    inline: [std::mem::MaybeUninit<u8>; PACKED_INLINE],
+    spill: Vec<u8>,
+}
+
+fn varint(buf: &mut [u8; 12], at: usize, mut v: u64) -> usize {
+    let mut i = at;
+    while v >= 0x80 {
+        buf[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    buf[i] = v as u8;
+    i + 1
+}
+
+fn read_varint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let x = *b.get(*i)?;
+        *i += 1;
+        v |= ((x & 0x7f) as u64) << shift;
+        if x & 0x80 == 0 {
+            return Some(v);
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}
+
+impl Packed {
+    /// An empty record (no allocation, no zeroing of the buffer).
+    #[inline]
+    pub fn new(meta: &'static Metadata<'static>, mono_ns: u64, tid: u32) -> Self {
+        Packed {
+            meta,
+            mono_ns,
+            tid,
+            len: 0,
+            inline: [std::mem::MaybeUninit::uninit(); PACKED_INLINE],
+            spill: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn pos(&self) -> usize {
+        if self.spill.is_empty() {
+            self.len as usize
+        } else {
+            self.spill.len()
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        if !self.spill.is_empty() {
+            self.spill.extend_from_slice(b);
+            return;
+        }
+        let at = self.len as usize;
+        if at + b.len() <= PACKED_INLINE {
+            if b.len() <= 16 {
+                // Small pieces by hand: a call to memcpy costs more than the copy.
+                for (d, &x) in self.inline[at..at + b.len()].iter_mut().zip(b) {
+                    *d = std::mem::MaybeUninit::new(x);
+                }
+            } else {
+                // SAFETY: in bounds; MaybeUninit<u8> has the layout of u8.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        b.as_ptr(),
+                        self.inline.as_mut_ptr().add(at).cast::<u8>(),
+                        b.len(),
+                    );
+                }
+            }
+            self.len += b.len() as u16;
+        } else {
+            let mut v = Vec::with_capacity((at + b.len()).max(4 * PACKED_INLINE));
+            v.extend_from_slice(self.bytes());
+            v.extend_from_slice(b);
+            self.spill = v;
+        }
+    }
+
+    /// The encoded fields.
+    pub fn bytes(&self) -> &[u8] {
+        if self.spill.is_empty() {
+            // SAFETY: the first `len` bytes were written.
+            unsafe {
+                std::slice::from_raw_parts(self.inline.as_ptr().cast::<u8>(), self.len as usize)
+            }
+        } else {
+            &self.spill
+        }
+    }
+
+    fn patch_len(&mut self, at: usize, n: u16) {
+        let b = n.to_le_bytes();
+        if self.spill.is_empty() {
+            self.inline[at] = std::mem::MaybeUninit::new(b[0]);
+            self.inline[at + 1] = std::mem::MaybeUninit::new(b[1]);
+        } else {
+            self.spill[at..at + 2].copy_from_slice(&b);
+        }
+    }
+
+    #[inline]
+    fn head(field: &Field, tag: u8) -> [u8; 12] {
+        let mut e = [0u8; 12];
+        e[0] = field.index().min(255) as u8;
+        e[1] = tag;
+        e
+    }
+
+    /// Decodes into a typed record (writer thread): names from the metadata, the special
+    /// fields (`message`, `ctx`, `code`, `function`) picked out.
+    pub fn unpack<const N: usize>(&self, out: &mut Record<N>) {
+        out.mono_ns = self.mono_ns;
+        out.tid = self.tid;
+        let fields = self.meta.fields();
+        let b = self.bytes();
+        let mut i = 0;
+        while i + 2 <= b.len() {
+            let (idx, tag) = (b[i] as usize, b[i + 1]);
+            i += 2;
+            let Some(field) = fields.iter().nth(idx) else {
+                return;
+            };
+            let v = match tag {
+                T_U64 => match read_varint(b, &mut i) {
+                    Some(v) => Val::U64(v),
+                    None => return,
+                },
+                T_I64 => match read_varint(b, &mut i) {
+                    Some(z) => Val::I64(((z >> 1) as i64) ^ -((z & 1) as i64)),
+                    None => return,
+                },
+                T_F64 => {
+                    let Some(raw) = b.get(i..i + 8) else { return };
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(raw);
+                    i += 8;
+                    Val::F64(f64::from_le_bytes(a))
+                }
+                T_FALSE => Val::Bool(false),
+                T_TRUE => Val::Bool(true),
+                T_STR | T_FMT => {
+                    let n = if tag == T_STR {
+                        match read_varint(b, &mut i) {
+                            Some(n) => n as usize,
+                            None => return,
+                        }
+                    } else {
+                        let Some(l) = b.get(i..i + 2) else { return };
+                        i += 2;
+                        u16::from_le_bytes([l[0], l[1]]) as usize
+                    };
+                    let Some(sb) = b.get(i..i + n) else { return };
+                    i += n;
+                    let start = out.text.len();
+                    out.text.push(std::str::from_utf8(sb).unwrap_or("\u{fffd}"));
+                    Val::Str(start, out.text.len())
+                }
+                _ => return,
+            };
+            out.put(&field, v);
+        }
+    }
+}
+
+/// `fmt::Write` into a [`Packed`] (Debug / Display values).
+struct PackedWriter<'a>(&'a mut Packed, usize);
+
+impl fmt::Write for PackedWriter<'_> {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = (u16::MAX as usize).saturating_sub(self.1);
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.0.put(&s.as_bytes()[..n]);
+        self.1 += n;
+        Ok(())
+    }
+}
+
+impl Visit for Packed {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let e = Self::head(field, T_FMT);
+        self.put(&e[..4]);
+        let at = self.pos() - 2;
+        let mut w = PackedWriter(self, 0);
+        let _ = write!(w, "{value:?}");
+        let n = w.1 as u16;
+        self.patch_len(at, n);
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let mut n = value.len().min(u16::MAX as usize);
+        while !value.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut e = Self::head(field, T_STR);
+        let k = varint(&mut e, 2, n as u64);
+        self.put(&e[..k]);
+        self.put(&value.as_bytes()[..n]);
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        let mut e = Self::head(field, T_U64);
+        let k = varint(&mut e, 2, value);
+        self.put(&e[..k]);
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        let mut e = Self::head(field, T_I64);
+        let k = varint(&mut e, 2, ((value << 1) ^ (value >> 63)) as u64);
+        self.put(&e[..k]);
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        let mut e = Self::head(field, T_F64);
+        e[2..10].copy_from_slice(&value.to_le_bytes());
+        self.put(&e[..10]);
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        let e = Self::head(field, if value { T_TRUE } else { T_FALSE });
+        self.put(&e[..2]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_round_trip() {
+        use tracing::field::Value;
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&META);
+        static META: Metadata<'static> = tracing::metadata!(
+            name: "t",
+            target: "t",
+            level: tracing::Level::INFO,
+            fields: &["message", "ctx", "s", "f", "b", "long"],
+            callsite: &CS,
+            kind: tracing::metadata::Kind::EVENT,
+        );
+        let fs = META.fields();
+        let f = |n: &str| fs.field(n).unwrap();
+        let long = "x".repeat(300);
+        let mut p = Packed::new(&META, 5, 6);
+        format_args!("hi {}", 1).record(&f("message"), &mut p);
+        p.record_i64(&f("ctx"), -7);
+        p.record_str(&f("s"), "é");
+        p.record_f64(&f("f"), 0.5);
+        p.record_bool(&f("b"), true);
+        p.record_str(&f("long"), &long);
+        assert_eq!(std::mem::size_of::<Packed>(), 128);
+        let mut r = Record::<8>::new(&META, true);
+        p.unpack(&mut r);
+        assert_eq!(r.str_of(r.msg.unwrap()), Some("hi 1"));
+        assert_eq!(r.ctx, Some(Val::I64(-7)));
+        assert_eq!(r.kvs().len(), 4);
+        assert_eq!(r.str_of(r.kvs()[0].1), Some("é"));
+        assert_eq!(r.kvs()[1], ("f", Val::F64(0.5)));
+        assert_eq!(r.kvs()[2], ("b", Val::Bool(true)));
+        assert_eq!(r.str_of(r.kvs()[3].1), Some(long.as_str()));
+        assert_eq!((r.mono_ns, r.tid), (5, 6));
+    }
 
     #[test]
     fn textbuf_spills_or_truncates_on_char_boundary() {

@@ -15,9 +15,9 @@
 use super::config::Config;
 use super::filter::Filter;
 use super::format::{write_record, Format};
-use super::record::Record;
+use super::record::{Packed, Record};
 use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
-use super::{Stats, INLINE};
+use super::Stats;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 #[allow(clippy::large_enum_variant)]
 pub enum Msg {
     /// A record.
-    Rec(Record<INLINE>),
+    Rec(Packed),
     /// Write everything queued before this (and `fdatasync` when `sync`), then acknowledge
     /// with the file sink's state.
     Flush {
@@ -55,6 +55,26 @@ pub enum Msg {
     Shutdown(Sender<()>),
 }
 
+/// Metadata of the reusable decoding record before its first use.
+static DUMMY_META: tracing::Metadata<'static> = tracing::Metadata::new(
+    "umd-log",
+    "umd::log",
+    tracing::Level::TRACE,
+    None,
+    None,
+    None,
+    tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&DUMMY_CS)),
+    tracing::metadata::Kind::EVENT,
+);
+struct DummyCallsite;
+impl tracing::callsite::Callsite for DummyCallsite {
+    fn set_interest(&self, _: tracing::subscriber::Interest) {}
+    fn metadata(&self) -> &tracing::Metadata<'_> {
+        &DUMMY_META
+    }
+}
+static DUMMY_CS: DummyCallsite = DummyCallsite;
+
 /// Sink filters, swapped as a whole on change.
 #[derive(Clone, Debug)]
 pub struct Filters {
@@ -66,7 +86,7 @@ pub struct Filters {
 
 thread_local! {
     static IN_WRITER: Cell<bool> = const { Cell::new(false) };
-    static LOCAL: RefCell<Vec<Record<INLINE>>> = const { RefCell::new(Vec::new()) };
+    static LOCAL: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
 }
 
 /// True on the writer thread (its own events are handled in place, never queued).
@@ -75,7 +95,7 @@ pub fn on_writer_thread() -> bool {
 }
 
 /// Keeps a record the writer thread logged about itself, for the writer to write next.
-pub fn push_local(r: Record<INLINE>) {
+pub fn push_local(r: Packed) {
     let _ = LOCAL.try_with(|l| {
         if let Ok(mut v) = l.try_borrow_mut() {
             if v.len() < 64 {
@@ -105,8 +125,13 @@ pub(super) struct Writer {
     dir_is_default: bool,
     filters: Arc<Filters>,
     filter_gen: u64,
-    text: String,
-    other: String,
+    text: Vec<u8>,
+    other: Vec<u8>,
+    /// The decoded record being formatted (reused).
+    rec: Record<512>,
+    /// Per call site (metadata address, direct-mapped): bit 0 console, bit 1 file, for the
+    /// current filters.
+    route: Box<[(usize, u8); 512]>,
     console: Vec<u8>,
     console_failed: bool,
     offset_ns: i128,
@@ -143,8 +168,10 @@ impl Writer {
             dir_is_default: cfg.dir_is_default,
             filters: super::filters(),
             filter_gen: super::filter_gen(),
-            text: String::with_capacity(1024),
-            other: String::with_capacity(1024),
+            text: Vec::with_capacity(1024),
+            other: Vec::with_capacity(1024),
+            rec: Record::new(&DUMMY_META, true),
+            route: Box::new([(0, 0); 512]),
             console: Vec::with_capacity(16 * 1024),
             console_failed: false,
             offset_ns: 0,
@@ -161,6 +188,10 @@ impl Writer {
     /// The thread body.
     pub(super) fn run(mut self) {
         let _ = IN_WRITER.try_with(|c| c.set(true));
+        let until = Instant::now() + Duration::from_secs(2);
+        while super::STATE.load(Ordering::Acquire) != super::READY && Instant::now() < until {
+            std::thread::park_timeout(Duration::from_millis(1));
+        }
         self.refresh_offset();
         self.open_file();
         let mut idle = 0u32;
@@ -297,37 +328,46 @@ impl Writer {
         true
     }
 
-    fn write_record(&mut self, r: &Record<INLINE>) {
+    fn write_record(&mut self, p: &Packed) {
         let g = super::filter_gen();
         if g != self.filter_gen {
             self.filters = super::filters();
             self.filter_gen = g;
+            self.route.fill((0, 0));
         }
-        let (m, target) = (r.meta.level(), r.meta.target());
-        let to_console = self.filters.console.enabled(target, m);
-        let to_file = self.filters.file.enabled(target, m);
+        let meta = p.meta;
+        let key = meta as *const _ as usize;
+        let slot = (key >> 4) % self.route.len();
+        let bits = if self.route[slot].0 == key {
+            self.route[slot].1
+        } else {
+            let (l, t) = (meta.level(), meta.target());
+            let b = self.filters.console.enabled(t, l) as u8
+                | (self.filters.file.enabled(t, l) as u8) << 1;
+            self.route[slot] = (key, b);
+            b
+        };
+        let (to_console, to_file) = (bits & 1 != 0, bits & 2 != 0);
         if !to_console && !to_file {
             return;
         }
-        let wall = if r.wall_ns != 0 {
-            r.wall_ns
-        } else {
-            (r.mono_ns as i128 + self.offset_ns).max(0) as u64
-        };
+        let wall = (p.mono_ns as i128 + self.offset_ns).max(0) as u64;
+        self.rec.reset(meta);
+        p.unpack(&mut self.rec);
         self.text.clear();
-        self.other.clear();
         let first = if to_file {
             self.file_fmt
         } else {
             self.console_fmt
         };
-        let _ = write_record(&mut self.text, first, r, wall);
+        write_record(&mut self.text, first, &self.rec, wall);
         if to_console {
             if self.console_fmt == first {
-                self.console.extend_from_slice(self.text.as_bytes());
+                self.console.extend_from_slice(&self.text);
             } else {
-                let _ = write_record(&mut self.other, self.console_fmt, r, wall);
-                self.console.extend_from_slice(self.other.as_bytes());
+                self.other.clear();
+                write_record(&mut self.other, self.console_fmt, &self.rec, wall);
+                self.console.extend_from_slice(&self.other);
             }
             if self.console.len() > 64 * 1024 {
                 self.write_console();
@@ -352,7 +392,7 @@ impl Writer {
             FileState::Ok => {
                 let before = self.file.rotations;
                 let buffered = self.file.buffered_records();
-                match self.file.append(self.text.as_bytes(), wall) {
+                match self.file.append(&self.text, wall) {
                     Ok(()) => {
                         // Records that left the buffer were written.
                         let now_buf = self.file.buffered_records();
@@ -543,7 +583,7 @@ impl Writer {
     /// Writes what the writer thread logged about itself (notices), to the sinks and the ring.
     fn write_local(&mut self) {
         loop {
-            let batch: Vec<Record<INLINE>> = LOCAL
+            let batch: Vec<Packed> = LOCAL
                 .try_with(|l| l.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
                 .ok()
                 .and_then(Result::ok)
