@@ -602,7 +602,7 @@ fn user_space(s: &Snapshot) -> Status {
         .map(|d| {
             let access = match &d.access {
                 Access::Ok => "this user can open it",
-                Access::Offline => "access not checked (offline)",
+                Access::Offline => "node access not checked: offline",
                 Access::Sim => "simulator",
                 Access::No(_) => "libumd cannot open it",
             };
@@ -917,7 +917,7 @@ pub fn render_text(v: &Verdict) -> String {
                     }
                     if fs.len() > 1 {
                         out += &format!(
-                            "    ({} more finding{} in summary.txt)\n",
+                            "    ({} more finding{}: see \"all findings\" in summary.txt)\n",
                             fs.len() - 1,
                             if fs.len() == 2 { "" } else { "s" }
                         );

@@ -254,7 +254,7 @@ fn umd_log_reads_what_libumd_wrote() {
     let b_block: Vec<&str> = lj
         .lines()
         .skip_while(|l| *l != format!("pid {pid} ctx {b}:"))
-        .take(4)
+        .take(5)
         .collect();
     assert!(
         b_block
@@ -271,6 +271,13 @@ fn umd_log_reads_what_libumd_wrote() {
     assert!(
         b_block
             .get(3)
+            .is_some_and(|l| l.starts_with("  context lost at ")
+                && l.contains("GPU fault 'unmapped' (write access)")),
+        "{lj}"
+    );
+    assert!(
+        b_block
+            .get(4)
             .is_some_and(|l| l.starts_with("  GPU fault on: seqno 3 job 3")),
         "{lj}"
     );

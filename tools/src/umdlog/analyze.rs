@@ -475,6 +475,8 @@ pub struct CtxJobs {
     pub completed: Option<(u64, usize)>,
     /// (seqno, record index) of the job the GPU faulted or hung on.
     pub stuck: Option<(u64, usize)>,
+    /// Record index of the first `UMD_ERR_CTX_LOST` libumd returned for it.
+    pub lost: Option<usize>,
 }
 
 /// What `last-job` found.
@@ -577,12 +579,15 @@ pub fn last_job(set: &LogSet) -> LastJob {
                 e.stuck = Some((s, i));
             }
         }
+        if e.lost.is_none() && r.code.as_deref() == Some("UMD_ERR_CTX_LOST") {
+            e.lost = Some(i);
+        }
     }
     LastJob {
         event: ev,
         ctxs: per
             .into_values()
-            .filter(|c| c.submitted.is_some() || c.stuck.is_some())
+            .filter(|c| c.submitted.is_some() || c.stuck.is_some() || c.lost.is_some())
             .collect(),
     }
 }
@@ -625,13 +630,26 @@ pub fn last_job_text(set: &LogSet, lj: &LastJob) -> String {
             Some((s, i)) => {
                 let r = &set.recs[i];
                 out += &format!(
-                    "  last completed: seqno {s} (known at {}: {}) ({})\n",
+                    "  last completed: seqno {s} (as of {}, {}{}) ({})\n",
                     r.wall.rfc3339(),
-                    r.msg,
+                    r.function.as_deref().unwrap_or(&r.msg),
+                    r.code
+                        .as_deref()
+                        .map(|c| format!(" {c}"))
+                        .unwrap_or_default(),
                     r.src
                 )
             }
             None => out += "  last completed: not in the log\n",
+        }
+        if let Some(i) = c.lost {
+            let r = &set.recs[i];
+            out += &format!(
+                "  context lost at {}: {} ({})\n",
+                r.wall.rfc3339(),
+                r.msg.split(';').next().unwrap_or(""),
+                r.src
+            );
         }
         if let Some((s, i)) = c.stuck {
             let r = &set.recs[i];
@@ -671,6 +689,7 @@ pub fn last_job_json(set: &LogSet, lj: &LastJob) -> Value {
             "last_submitted": at(c.submitted),
             "last_completed": at(c.completed),
             "stuck": at(c.stuck),
+            "lost": c.lost.map(|i| rec_json(&set.recs[i], &m)),
         })).collect::<Vec<_>>(),
     })
 }

@@ -1,0 +1,435 @@
+//! `umd-smi` and `umd-smi triage` against fixture machines written by hand from
+//! docs/debugfs.md and docs/kmd.md (fake sysfs / procfs / debugfs trees, dmesg texts, recorded
+//! libumd logs): the exact screen output, the report directory and archive, the JSON, and every
+//! verdict line issue 7 names.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const SMI: &str = env!("CARGO_BIN_EXE_umd-smi");
+const NOW: &str = "2026-11-29T02:15:00Z";
+
+/// Runs triage on machine directory `m` with `extra` arguments; returns (screen with the
+/// report path replaced by `<OUT>`, the output directory).
+fn triage(m: &Path, logs: &Path, extra: &[&str]) -> (String, std::path::PathBuf, i32) {
+    let out = m.join("out");
+    let root = m.join("root");
+    let dmesg = m.join("dmesg.txt");
+    let mut args = vec![
+        "triage",
+        "--root",
+        root.to_str().expect("utf-8"),
+        "--dmesg",
+        dmesg.to_str().expect("utf-8"),
+        "--log-dir",
+        logs.to_str().expect("utf-8"),
+        "--now",
+        NOW,
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(SMI, &args);
+    let screen = scrub(&stdout(&o), &out, "<OUT>");
+    (screen, out, o.status.code().unwrap_or(-1))
+}
+
+fn report_dir(out: &Path) -> std::path::PathBuf {
+    out.join("aigpu-triage-20261129T021500Z")
+}
+
+fn archive_names(out: &Path) -> Vec<String> {
+    let f = std::fs::File::open(out.join("aigpu-triage-20261129T021500Z.tar.gz")).expect("archive");
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut v: Vec<String> = a
+        .entries()
+        .expect("entries")
+        .map(|e| {
+            e.expect("entry")
+                .path()
+                .expect("path")
+                .display()
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The verdict lines (layer: text) of a screen.
+fn verdict_line<'a>(screen: &'a str, layer: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.starts_with(&format!("  {layer}: ")))
+        .unwrap_or_else(|| panic!("no {layer} line in\n{screen}"))
+}
+
+#[test]
+fn healthy_machine_all_ok() {
+    let m = machine("healthy");
+    let (screen, out, rc) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(rc, 0);
+    golden("triage-healthy.txt", &screen);
+    let dir = report_dir(&out);
+    golden("summary-healthy.txt", &read(&dir.join("summary.txt")));
+    let names = archive_names(&out);
+    for f in [
+        "aigpu-triage-20261129T021500Z/summary.txt",
+        "aigpu-triage-20261129T021500Z/verdict.json",
+        "aigpu-triage-20261129T021500Z/debugfs/dri-0/status",
+        "aigpu-triage-20261129T021500Z/modinfo.txt",
+        "aigpu-triage-20261129T021500Z/dmesg-aigpu.txt",
+        "aigpu-triage-20261129T021500Z/processes.txt",
+        "aigpu-triage-20261129T021500Z/umd-logs/umd-4411.log",
+    ] {
+        assert!(names.contains(&f.to_string()), "{f} not in {names:#?}");
+    }
+    golden("modinfo-healthy.txt", &read(&dir.join("modinfo.txt")));
+    golden("processes-healthy.txt", &read(&dir.join("processes.txt")));
+    golden(
+        "dmesg-aigpu-healthy.txt",
+        &read(&dir.join("dmesg-aigpu.txt")),
+    );
+}
+
+#[test]
+fn module_not_loaded() {
+    let m = machine("not-loaded");
+    let (screen, _, rc) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(rc, 0, "a report was produced");
+    golden("triage-not-loaded.txt", &screen);
+    assert_eq!(
+        verdict_line(&screen, "kernel module"),
+        "  kernel module: kernel module aigpu is not loaded (/sys/module/aigpu missing; try 'modprobe aigpu')"
+    );
+    // umd-smi says why there is no device, with libumd's code, and exits 1.
+    let root = m.join("root");
+    let o = run(
+        SMI,
+        &["--root", root.to_str().expect("utf-8"), "--now", NOW],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    golden("smi-not-loaded.txt", &stdout(&o));
+}
+
+#[test]
+fn module_not_installed_for_the_running_kernel() {
+    let m = machine("not-loaded");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &["--uname-r", "7.3.9"]);
+    assert_eq!(
+        verdict_line(&screen, "kernel module"),
+        "  kernel module: no usable aigpu.ko for the running kernel 7.3.9: no aigpu.ko under /lib/modules/7.3.9 (nor /lib/modules/aigpu.ko)"
+    );
+}
+
+#[test]
+fn version_magic_mismatch() {
+    let m = machine("version-magic");
+    let (screen, out, rc) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(rc, 0);
+    golden("triage-version-magic.txt", &screen);
+    assert_eq!(
+        verdict_line(&screen, "kernel module"),
+        "  kernel module: aigpu.ko built for 7.3.4 but running kernel is 7.3.5 — version magic mismatch"
+    );
+    golden(
+        "summary-version-magic.txt",
+        &read(&report_dir(&out).join("summary.txt")),
+    );
+    // --json carries the same verdict.
+    let m2 = machine("version-magic");
+    let (js, _, _) = triage(&m2, &m2.join("logs"), &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&js).expect("triage --json");
+    assert_eq!(v["report_dir"], "<OUT>/aigpu-triage-20261129T021500Z");
+    assert_eq!(v["verdict"][1]["layer"], "kernel module");
+    assert_eq!(v["verdict"][1]["status"], "finding");
+    assert_eq!(
+        v["verdict"][1]["findings"][0]["evidence"][0]["line"],
+        "[    3.512345] aigpu: version magic '7.3.4 SMP preempt mod_unload ' should be '7.3.5 SMP preempt mod_unload '"
+    );
+    assert_eq!(v["verdict"][0]["status"], "not_checked");
+}
+
+#[test]
+fn unknown_symbol() {
+    let m = machine("version-magic");
+    std::fs::copy(m.join("dmesg-unknown-symbol.txt"), m.join("dmesg.txt")).expect("dmesg");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    let km: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("  kernel module: "))
+        .take(2)
+        .collect();
+    assert_eq!(
+        km,
+        vec![
+            "  kernel module: aigpu.ko needs symbol drm_gem_shmem_unpin, which the running kernel 7.3.5 does not export — unknown symbol (module built for another kernel or configuration)",
+            "    evidence (dmesg): [    3.512390] aigpu: Unknown symbol drm_gem_shmem_unpin (err -2)",
+        ]
+    );
+}
+
+#[test]
+fn uapi_mismatch_from_libumd_log() {
+    let m = machine("uapi-mismatch");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    golden("triage-uapi-mismatch.txt", &screen);
+    assert_eq!(
+        verdict_line(&screen, "user-space driver"),
+        "  user-space driver: libumd UAPI 1.4 needs kernel UAPI ≥ 1.3, found 1.2"
+    );
+}
+
+#[test]
+fn uapi_mismatch_from_debugfs() {
+    let m = machine("healthy");
+    let st = m.join("root/sys/kernel/debug/dri/0/status");
+    std::fs::write(&st, read(&st).replace("uapi=1.0", "uapi=2.0")).expect("status");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    let want = format!(
+        "  user-space driver: libumd UAPI {}.{} needs kernel UAPI {}.x with x ≥ {}, found 2.0 (a different major version)",
+        uapi::UAPI_MAJOR,
+        uapi::UAPI_MINOR,
+        uapi::UAPI_MAJOR,
+        uapi::MIN_KERNEL_MINOR
+    );
+    assert_eq!(verdict_line(&screen, "user-space driver"), want);
+    let ev = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("  user-space driver: "))
+        .nth(1);
+    assert_eq!(
+        ev,
+        Some("    evidence (/sys/kernel/debug/dri/0/status): device=aigpu0 state=ok uapi=2.0 driver=0.1.0 hw=1.0 mem_total=268435456 mem_used=1052672 clients=1 contexts=2 jobs=1201 faults=0 hangs=0 resets=0 job_timeout_ms=2000 hang_debug=0")
+    );
+}
+
+#[test]
+fn faulted_context_names_pid_and_comm() {
+    let m = machine("faulted");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    golden("triage-faulted.txt", &screen);
+    assert_eq!(
+        verdict_line(&screen, "application"),
+        "  application: a page fault at 0x7f0010000 in context 12 (pid 4411, python) on aigpu0 at 2026-11-29 02:13:07 UTC (unmapped read) — the context was banned; other contexts keep running"
+    );
+    let root = m.join("root");
+    let o = run(
+        SMI,
+        &["--root", root.to_str().expect("utf-8"), "--now", NOW],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    golden("smi-faulted.txt", &stdout(&o));
+}
+
+#[test]
+fn lost_device() {
+    let m = machine("lost");
+    let logs = fixtures().join("logs");
+    let (screen, out, _) = triage(&m, &logs, &[]);
+    golden("triage-lost.txt", &screen);
+    assert_eq!(
+        verdict_line(&screen, "application"),
+        "  application: device lost at 02:13:07 after a page fault at 0x7f0010000 in context 12 (pid 4411, python)"
+    );
+    let dir = report_dir(&out);
+    golden("summary-lost.txt", &read(&dir.join("summary.txt")));
+    golden("verdict-lost.json", &read(&dir.join("verdict.json")));
+    golden(
+        "umd-log-report-lost.txt",
+        &read(&dir.join("umd-log-report.txt")),
+    );
+    // The logs and the black box travel with the report.
+    let names = archive_names(&out);
+    for f in [
+        "umd-logs/umd-4411.2.log",
+        "umd-logs/umd-4411.1.log",
+        "umd-logs/umd-4411.log",
+        "umd-logs/umd-5120.log",
+        "umd-logs/umd-blackbox-4411-20261129T021307.455100Z.log",
+        "debugfs/dri-0/crashdumps/crash-3",
+    ] {
+        let p = format!("aigpu-triage-20261129T021500Z/{f}");
+        assert!(names.contains(&p), "{p} not in {names:#?}");
+    }
+}
+
+#[test]
+fn render_node_missing() {
+    let m = machine("healthy");
+    std::fs::remove_file(m.join("root/dev/dri/renderD128")).expect("rm node");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "kernel module"),
+        "  kernel module: /dev/dri/renderD128 does not exist although the kernel registered /sys/class/drm/renderD128 for aigpu0"
+    );
+}
+
+#[test]
+fn smi_views_text_json_and_refresh() {
+    let m = machine("healthy");
+    let root = m.join("root");
+    let r = root.to_str().expect("utf-8");
+    let o = run(SMI, &["--root", r, "--now", NOW]);
+    assert_eq!(o.status.code(), Some(0));
+    let frame = stdout(&o);
+    golden("smi-healthy.txt", &frame);
+    let o = run(SMI, &["--root", r, "--now", NOW, "--json"]);
+    let json = stdout(&o);
+    golden("smi-healthy.json", &json);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["devices"][0]["clients"][0]["comm"], "python");
+    assert_eq!(v["devices"][0]["queues"][0]["busy_pct"], 37);
+    // -l 1 --count 2: the same view twice, a second apart.
+    let t = std::time::Instant::now();
+    let o = run(SMI, &["--root", r, "--now", NOW, "-l", "1", "--count", "2"]);
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(stdout(&o), format!("{frame}\n{frame}"));
+    let o = run(
+        SMI,
+        &[
+            "--root", r, "--now", NOW, "-l", "1", "--count", "2", "--json",
+        ],
+    );
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2, "one JSON document per line");
+    for l in &lines {
+        let x: serde_json::Value = serde_json::from_str(l).expect("json line");
+        assert_eq!(x, v);
+    }
+}
+
+#[test]
+fn smi_lost_device() {
+    let m = machine("lost");
+    let root = m.join("root");
+    let o = run(
+        SMI,
+        &["--root", root.to_str().expect("utf-8"), "--now", NOW],
+    );
+    golden("smi-lost.txt", &stdout(&o));
+}
+
+#[test]
+fn usage_errors_are_clear() {
+    let o = run(SMI, &["-l"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("umd-smi: -l needs a value\n"));
+    let o = run(SMI, &["-l", "soon"]);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .starts_with("umd-smi: -l \"soon\": not a valid number\n"));
+    let o = run(SMI, &["--now", "yesterday"]);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .starts_with("umd-smi: --now \"yesterday\": not an RFC 3339 time\n"));
+    let o = run(
+        SMI,
+        &["triage", "-o", "/proc/version/x", "--root", "/nonexistent"],
+    );
+    assert_eq!(o.status.code(), Some(1), "no report, exit 1");
+    assert!(stdout(&o).contains("umd-smi triage: could not write the report: /proc/version/x: "));
+}
+
+/// Triage as an unprivileged user: debugfs is root-only, other users' /proc/<pid>/fd are
+/// closed, the render node cannot be opened. It still writes the report, lists what it could
+/// not read, and the verdict says what it can.
+#[test]
+fn triage_without_root() {
+    let m = machine("healthy");
+    let root = m.join("root");
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    // debugfs is 0700 root on a real machine; a non-root test user makes it unreadable to
+    // itself with 0000.
+    set_mode(
+        &root.join("sys/kernel/debug"),
+        if as_root { 0o700 } else { 0o000 },
+    );
+    for p in ["4411", "4412"] {
+        set_mode(
+            &root.join(format!("proc/{p}/fd")),
+            if as_root { 0o500 } else { 0o000 },
+        );
+    }
+    let out = m.join("out");
+    std::fs::create_dir_all(&out).expect("out");
+    set_mode(&out, 0o777);
+    // The binary is copied next to the tree: the target directory may not be reachable for
+    // nobody (e.g. below /root).
+    let bin = m.join("umd-smi");
+    std::fs::copy(SMI, &bin).expect("copy binary");
+    set_mode(&bin, 0o755);
+    let mut c = std::process::Command::new(&bin);
+    c.args([
+        "triage",
+        "--root",
+        root.to_str().expect("utf-8"),
+        "--dmesg",
+        m.join("dmesg.txt").to_str().expect("utf-8"),
+        "--log-dir",
+        m.join("logs").to_str().expect("utf-8"),
+        "--now",
+        NOW,
+        "-o",
+        out.to_str().expect("utf-8"),
+    ])
+    .env_clear();
+    if as_root {
+        use std::os::unix::process::CommandExt;
+        c.uid(65534).gid(65534);
+    }
+    // A copied executable can be briefly "busy" while another test thread forks with the copy's
+    // write descriptor open: retry.
+    let mut tries = 0;
+    let o = loop {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => break r.expect("spawn triage"),
+        }
+    };
+    let screen = scrub(&stdout(&o), &out, "<OUT>");
+    // Restore so the scratch tree can be removed.
+    set_mode(&root.join("sys/kernel/debug"), 0o755);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{screen}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(report_dir(&out).join("summary.txt").exists());
+    assert!(out.join("aigpu-triage-20261129T021500Z.tar.gz").exists());
+    let not_read: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("could not read ("))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") && !l.starts_with("  hardware:"))
+        .collect();
+    assert!(
+        not_read.contains(&"  /sys/kernel/debug: permission denied (debugfs is root-only: run as root for queues, clients, contexts and crash dumps)"),
+        "{screen}"
+    );
+    assert!(
+        not_read.contains(&"  /proc/<pid>/fd: permission denied for 2 processes (run as root to see every process holding the device)"),
+        "{screen}"
+    );
+    assert_eq!(
+        verdict_line(&screen, "hardware"),
+        "  hardware: OK — aigpu0 state unknown; no bus, memory or reset errors (as far as visible: debugfs not read)"
+    );
+    if as_root {
+        // nobody may not open the node (0644 root:root in the fixture).
+        assert_eq!(
+            verdict_line(&screen, "user-space driver"),
+            "  user-space driver: permission denied opening /dev/dri/renderD128 (add the user to the 'render' group)"
+        );
+    }
+    let nr = read(&report_dir(&out).join("not-read.txt"));
+    assert!(nr.contains("/sys/kernel/debug: permission denied"), "{nr}");
+}
