@@ -19,6 +19,9 @@ pub enum State {
     Pending,
     /// Held by a buffer.
     Live,
+    /// Freed and reusable, kept uncoalesced on its bin's quick list: the next request of the
+    /// same class takes it back in O(1) without splitting (coalesced lazily, see `Bins`).
+    Quick,
     /// Record unused (on the free-slot list).
     Dead,
 }
@@ -78,11 +81,18 @@ impl Block {
     }
 }
 
-/// The free lists of one pool (one kind, one access mode).
+/// The free lists of one pool (one kind, one access mode), plus quick lists: a freed block that
+/// is reusable at once goes onto the quick list of its bin without coalescing, and a request of
+/// the same class pops it (the common alloc/free/alloc pattern never splits or merges). A request
+/// the quick list cannot serve first coalesces every quick block (amortised O(1) per free), so
+/// best fit and coalescing behave as if blocks were merged at free.
 pub struct Bins {
     fl: u64,
     sl: [u8; FL_COUNT],
     heads: [[u32; 8]; FL_COUNT],
+    quick: [[u32; 8]; FL_COUNT],
+    /// Blocks on quick lists.
+    pub quick_len: usize,
 }
 
 impl Default for Bins {
@@ -91,11 +101,69 @@ impl Default for Bins {
             fl: 0,
             sl: [0; FL_COUNT],
             heads: [[NIL; 8]; FL_COUNT],
+            quick: [[NIL; 8]; FL_COUNT],
+            quick_len: 0,
         }
     }
 }
 
 impl Bins {
+    /// Pushes reusable block `id` onto the quick list of its size.
+    #[inline]
+    pub fn quick_push(&mut self, blocks: &mut [Block], id: u32) {
+        let (f, s) = bin_floor(blocks[id as usize].size);
+        let b = &mut blocks[id as usize];
+        b.state = State::Quick;
+        b.fnext = self.quick[f][s];
+        self.quick[f][s] = id;
+        self.quick_len += 1;
+    }
+
+    /// Pops a quick block of at least `need` bytes (`need` on a bin boundary: every size class
+    /// is), if the quick list of its bin has one.
+    #[inline]
+    pub fn quick_pop(&mut self, blocks: &mut [Block], need: u64) -> Option<u32> {
+        if self.quick_len == 0 {
+            return None;
+        }
+        // The bin of `need` itself first (an exact-size block lives there even when `need` is
+        // not a bin boundary, as large classes above 16 MiB are not), then the next one up.
+        let (mut f, mut s) = bin_floor(need);
+        let mut id = self.quick[f][s];
+        if id == NIL || blocks[id as usize].size < need {
+            (f, s) = bin_ceil(need);
+            if f >= FL_COUNT {
+                return None;
+            }
+            id = self.quick[f][s];
+            if id == NIL || blocks[id as usize].size < need {
+                return None;
+            }
+        }
+        self.quick[f][s] = blocks[id as usize].fnext;
+        blocks[id as usize].fnext = NIL;
+        self.quick_len -= 1;
+        Some(id)
+    }
+
+    /// Empties every quick list; returns the blocks (to be coalesced by the caller).
+    pub fn quick_drain(&mut self, blocks: &mut [Block], out: &mut Vec<u32>) {
+        if self.quick_len == 0 {
+            return;
+        }
+        for head in self.quick.iter_mut().flatten() {
+            let mut id = *head;
+            while id != NIL {
+                out.push(id);
+                let next = blocks[id as usize].fnext;
+                blocks[id as usize].fnext = NIL;
+                id = next;
+            }
+            *head = NIL;
+        }
+        self.quick_len = 0;
+    }
+
     /// Links free block `id` into the bin of its size.
     pub fn insert(&mut self, blocks: &mut [Block], id: u32) {
         let (f, s) = bin_floor(blocks[id as usize].size);

@@ -78,18 +78,26 @@ impl Site {
         let got = unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) };
         let own = own_base();
         let mut s = Site::here(rust);
+        let mut left_libumd = false;
         for &ip in buf.iter().take(got.max(0) as usize) {
             let ip = ip as usize;
             if s.n == SITE_FRAMES {
                 break;
             }
             match module_of(ip) {
-                Some((base, _, _)) if base == own => continue,
-                None => continue,
-                Some(_) => {
+                Some((base, _, _)) if base == own && !left_libumd => continue,
+                Some((_, _, name)) => {
+                    // The first frame outside libumd is its caller; when that is the C
+                    // library's thread start, libumd is linked into the caller's own object
+                    // (a Rust program) and only the Rust location says where.
+                    if !left_libumd && (name.starts_with("libc.so") || name.contains("(libc.so")) {
+                        break;
+                    }
+                    left_libumd = true;
                     s.frames[s.n] = ip;
                     s.n += 1;
                 }
+                None => {}
             }
         }
         s

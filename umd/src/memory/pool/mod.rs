@@ -37,6 +37,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use uapi::ioctl::{VM_ACCESS_READ, VM_ACCESS_WRITE};
 
 const PAGE: u64 = uapi::PAGE_SIZE;
+/// Most blocks kept on quick lists (uncoalesced) per bin set.
+const QUICK_MAX: usize = 4096;
 /// Freed buffers remembered for use-after-free and double-free reports.
 pub(crate) const GHOSTS: usize = 1024;
 /// How long out-of-memory recovery waits for the fences of deferred frees.
@@ -224,6 +226,7 @@ struct Inner {
     recent: [u64; 64],
     recent_at: usize,
     seq: u64,
+    scratch: Vec<u32>,
 }
 
 /// A device's pool.
@@ -326,6 +329,7 @@ impl Pool {
                 recent: [0; 64],
                 recent_at: 0,
                 seq: 0,
+                scratch: Vec::new(),
             }),
             config,
         }
@@ -397,7 +401,7 @@ impl Pool {
         let limit = dev.info.max_bo_size.min(dev.info.mem_total);
         let align = req.align.max(size_class::MIN_BLOCK);
         let kind = pool_for(req.size, align);
-        let page = req.size.checked_next_multiple_of(PAGE).unwrap_or(u64::MAX);
+        let page = size_class::align_up(req.size, PAGE).unwrap_or(u64::MAX);
         let mut g = self.lock();
         let inner = &mut *g;
         let class = if inner.enabled {
@@ -567,7 +571,9 @@ impl Pool {
 
     /// A snapshot of the statistics (computes the largest free block and fragmentation).
     pub fn stats(&self) -> Stats {
-        let g = self.lock();
+        let mut g = self.lock();
+        // Report the coalesced view (quick blocks merged), as if every free had coalesced.
+        g.flush_all_quick();
         let mut s = g.stats.clone();
         let recent = g.recent.iter().copied().max().unwrap_or(0);
         s.largest_recent_request = recent;
@@ -754,8 +760,37 @@ impl Inner {
             class
         };
         let bin = bin_of(kind, ro);
+        if align <= gran {
+            if let Some(id) = self.bins[bin].quick_pop(&mut self.blocks, class) {
+                return Some(id);
+            }
+        }
+        if self.bins[bin].quick_len > 0 {
+            self.flush_quick(bin);
+        }
         let id = self.bins[bin].find(&self.blocks, need)?;
         Some(self.take_block(id, kind, class, align))
+    }
+
+    /// Coalesces every quick block of bin set `bin` into the ordinary bins.
+    fn flush_quick(&mut self, bin: usize) {
+        let mut ids = std::mem::take(&mut self.scratch);
+        self.bins[bin].quick_drain(&mut self.blocks, &mut ids);
+        for &id in &ids {
+            // Quick blocks are already accounted free and off their segment's busy count.
+            self.coalesce_and_bin(id);
+        }
+        ids.clear();
+        self.scratch = ids;
+    }
+
+    /// Coalesces every quick block of every bin set.
+    fn flush_all_quick(&mut self) {
+        for bin in 0..4 {
+            if self.bins[bin].quick_len > 0 {
+                self.flush_quick(bin);
+            }
+        }
     }
 
     /// Carves `class` bytes aligned to `align` out of free block `id` (in a bin or fresh).
@@ -772,7 +807,7 @@ impl Inner {
             (self.segs[b.seg as usize].va, b.offset)
         };
         let start = seg_va + off;
-        let pad = start.next_multiple_of(align) - start;
+        let pad = size_class::align_up(start, align).unwrap_or(start) - start;
         if pad > 0 {
             let rest = self.split(id, pad);
             self.bins[bin].insert(&mut self.blocks, id);
@@ -822,7 +857,9 @@ impl Inner {
         };
         let s = &mut self.segs[seg as usize];
         if s.busy == 0 {
+            // Not empty any more: an entry on the empty list is now stale.
             s.epoch += 1;
+            s.listed = false;
         }
         s.busy += 1;
         let (kind, va) = (s.kind, s.va + offset);
@@ -1053,15 +1090,49 @@ impl Inner {
         }
     }
 
-    /// Pending or live -> free: coalesce with free neighbours, bin it, and release or list the
-    /// segment when it became empty.
+    /// Pending or live -> free: straight onto the quick list when possible, else coalesced with
+    /// free neighbours and binned; an emptied segment is listed for release (released at once
+    /// with the pool off).
     fn make_free(&mut self, dev: &Device, id: u32) {
+        let seg = self.blocks[id as usize].seg;
         {
             let b = &mut self.blocks[id as usize];
-            b.state = State::Free;
             b.uses.clear();
             b.pins = 0;
         }
+        let s = &mut self.segs[seg as usize];
+        s.busy = s.busy.saturating_sub(1);
+        let bin = bin_of(s.kind, s.read_only);
+        if self.enabled && self.bins[bin].quick_len < QUICK_MAX {
+            // Emptied segments are found when the quick lists are flushed (before any release).
+            self.bins[bin].quick_push(&mut self.blocks, id);
+            return;
+        }
+        let merged = self.coalesce_and_bin(id);
+        let s = &self.segs[seg as usize];
+        if !self.enabled && s.busy == 0 && self.blocks[merged as usize].size == s.size {
+            self.release_segment(dev, seg);
+        }
+    }
+
+    /// Lists `seg` as empty (once per emptiness).
+    fn list_empty(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        if !s.listed {
+            s.listed = true;
+            self.empty.push_back((seg, s.epoch));
+            if self.empty.len() > 2 * self.segs.len() + 16 {
+                // Drop stale entries (segments that were reused since they were listed).
+                let segs = &self.segs;
+                self.empty
+                    .retain(|&(g, e)| segs[g as usize].alive && segs[g as usize].epoch == e);
+            }
+        }
+    }
+
+    /// Marks `id` free, merges it with free neighbours, bins the result; returns its id.
+    fn coalesce_and_bin(&mut self, id: u32) -> u32 {
+        self.blocks[id as usize].state = State::Free;
         let seg = self.blocks[id as usize].seg;
         let (kind, ro) = {
             let s = &self.segs[seg as usize];
@@ -1081,15 +1152,11 @@ impl Inner {
             id = prev;
         }
         self.bins[bin].insert(&mut self.blocks, id);
-        let s = &mut self.segs[seg as usize];
-        s.busy = s.busy.saturating_sub(1);
-        if s.busy == 0 && self.blocks[id as usize].size == s.size {
-            if self.enabled {
-                self.empty.push_back((seg, s.epoch));
-            } else {
-                self.release_segment(dev, seg);
-            }
+        let s = &self.segs[seg as usize];
+        if self.enabled && s.busy == 0 && self.blocks[id as usize].size == s.size {
+            self.list_empty(seg);
         }
+        id
     }
 
     /// `a` absorbs its next neighbour `b` (both free, `b` unlinked from the bins).
@@ -1262,10 +1329,14 @@ impl Inner {
     /// cached. Returns the bytes released.
     fn release_empty(&mut self, dev: &Device, keep: u64) -> u64 {
         let mut released = 0;
+        if self.stats.cached_bytes.all().current > keep {
+            self.flush_all_quick();
+        }
         while self.stats.cached_bytes.all().current > keep {
             let Some((seg, epoch)) = self.empty.pop_front() else {
                 break;
             };
+            self.segs[seg as usize].listed = false;
             let s = &self.segs[seg as usize];
             let first = &self.blocks[s.first as usize];
             if !s.alive

@@ -63,6 +63,13 @@ fn log2_floor(v: u64) -> u32 {
     63 - v.leading_zeros()
 }
 
+/// `v` rounded up to a multiple of the power of two `p` (a mask, not a division: this runs on
+/// every allocation). `None` on overflow.
+#[inline]
+pub fn align_up(v: u64, p: u64) -> Option<u64> {
+    Some(v.checked_add(p - 1)? & !(p - 1))
+}
+
 /// The size class of a request: the block size the pool hands out for it. `None` when the
 /// rounding overflows.
 pub fn round(size: u64, kind: PoolKind) -> Option<u64> {
@@ -70,17 +77,17 @@ pub fn round(size: u64, kind: PoolKind) -> Option<u64> {
     match kind {
         PoolKind::Small => {
             if size <= 4096 {
-                return size.checked_next_multiple_of(MIN_BLOCK);
+                return align_up(size, MIN_BLOCK);
             }
             // 4 steps per power of two.
             let p = log2_floor(size - 1); // 2^p < size <= 2^(p+1)
             let step = 1u64 << (p - 2);
-            size.checked_next_multiple_of(step)
+            align_up(size, step)
         }
         PoolKind::Large => {
             let p = log2_floor(size.saturating_sub(1).max(1));
             let step = (1u64 << p.saturating_sub(3)).clamp(LARGE_GRANULE, LARGE_MAX_STEP);
-            size.checked_next_multiple_of(step)
+            align_up(size, step)
         }
     }
 }
@@ -115,7 +122,7 @@ pub fn bin_ceil(size: u64) -> (usize, usize) {
     } else {
         1
     };
-    match size.checked_next_multiple_of(step) {
+    match align_up(size, step) {
         Some(up) => bin_floor(up),
         None => (FL_COUNT, 0),
     }

@@ -32,6 +32,8 @@ pub struct Segment {
     pub epoch: u64,
     /// False once released (the slot may be reused).
     pub alive: bool,
+    /// On the pool's list of empty segments.
+    pub listed: bool,
     heads: Vec<u64>,
     ids: Vec<u32>,
 }
@@ -63,6 +65,7 @@ impl Segment {
             busy: 0,
             epoch: 0,
             alive: true,
+            listed: false,
             heads: vec![0; granules.div_ceil(64)],
             ids: vec![NIL; granules],
         };

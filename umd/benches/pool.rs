@@ -1,0 +1,395 @@
+//! Memory pool benchmark (issue 6; prints numbers, asserts nothing).
+//!
+//! Alloc+free pairs of 512 B, 64 KiB and 4 MiB, on 1 and 4 threads, through
+//!   - the pool's hit path (`Pool::alloc` + `Pool::free`, a cached block),
+//!   - glibc `malloc` + `free` of the same size (the reference for "cheap"),
+//!   - the backend's raw `gem_create` + `gem_close` (what an uncached allocation must at least
+//!     pay), and the full uncached path (`UMD_POOL=off`: create + VA + bind, unbind + close),
+//!   - the C ABI (`umdMemAlloc` + `umdMemFree`: handle table, logging call sites, pool),
+//!
+//! all measured in the same run: each figure is the median over RUNS runs of ns per pair (one
+//! thread: the thread's CPU time; several: wall time / all pairs of all threads), pool and malloc
+//! runs alternating so both see the same machine load. Then a replay of a training-step-like
+//! allocation trace with the pool on and off: kernel calls saved, peak reserved vs peak
+//! allocated.
+//!
+//! Run: `cargo bench -p umd --bench pool` (simulator backend; `UMD_BACKEND=kmd` on a machine with
+//! the module).
+
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+use umd::abi::memory::{umdMemAlloc, umdMemFree};
+use umd::abi::types::umdBuffer;
+use umd::context::Context;
+use umd::device::Device;
+use umd::memory::pool::config::Config;
+use umd::memory::pool::{FreeNote, Pool, Request};
+
+const RUNS: usize = 11;
+const SIZES: [(u64, &str); 3] = [(512, "512 B"), (64 << 10, "64 KiB"), (4 << 20, "4 MiB")];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; the clock exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// ns per iteration of one run of `f`, `iters` times on each of `threads` threads. One thread:
+/// the thread's CPU time (robust against other processes on a shared machine); several: wall
+/// time divided by all iterations (throughput, contention included).
+fn run_once(threads: usize, iters: usize, f: &(impl Fn(usize) + Sync)) -> f64 {
+    if threads == 1 {
+        let c0 = thread_cpu_ns();
+        for _ in 0..iters {
+            f(0);
+        }
+        return (thread_cpu_ns() - c0) as f64 / iters as f64;
+    }
+    let barrier = Barrier::new(threads);
+    let t0 = std::sync::Mutex::new(None::<Instant>);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (barrier, t0) = (&barrier, &t0);
+            s.spawn(move || {
+                barrier.wait();
+                if t == 0 {
+                    *t0.lock().unwrap() = Some(Instant::now());
+                }
+                for _ in 0..iters {
+                    f(t);
+                }
+            });
+        }
+    });
+    let el = t0.lock().unwrap().unwrap().elapsed().as_nanos() as f64;
+    el / (iters * threads) as f64
+}
+
+/// Median ns per iteration over RUNS runs.
+fn measure(threads: usize, iters: usize, f: impl Fn(usize) + Sync) -> f64 {
+    median((0..RUNS).map(|_| run_once(threads, iters, &f)).collect())
+}
+
+/// Medians of two measurements taken in alternation (both see the same machine load), and the
+/// median of their per-run ratio a/b.
+fn measure_pair(
+    threads: usize,
+    iters: usize,
+    a: impl Fn(usize) + Sync,
+    b: impl Fn(usize) + Sync,
+) -> (f64, f64, f64) {
+    let (mut va, mut vb, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let x = run_once(threads, iters, &a);
+        let y = run_once(threads, iters, &b);
+        va.push(x);
+        vb.push(y);
+        r.push(x / y);
+    }
+    (median(va), median(vb), median(r))
+}
+
+fn open_device(pool_on: bool) -> (Arc<Device>, Arc<Pool>, Vec<Arc<Context>>) {
+    let r = umd::registry::resolved().expect("backend");
+    let dev = Arc::new(Device::open(&r, 0).expect("device"));
+    let pool = Pool::install(
+        &dev,
+        Config {
+            enabled: pool_on,
+            ..Config::default()
+        },
+    )
+    .expect("pool");
+    let ctxs = (0..4)
+        .map(|_| Arc::new(Context::create(&dev, 1).expect("context")))
+        .collect();
+    (dev, pool, ctxs)
+}
+
+fn req(ctx: &Context, size: u64) -> Request {
+    Request {
+        size,
+        align: 512,
+        read_only: false,
+        buffer_id: 1,
+        ctx_id: ctx.id,
+        acct: ctx.acct,
+        tag: None,
+        site: None,
+    }
+}
+
+fn main() {
+    if std::env::var_os("UMD_BACKEND").is_none() {
+        std::env::set_var("UMD_BACKEND", "sim");
+    }
+    if std::env::var_os("UMD_SIM_MEM_MIB").is_none() {
+        std::env::set_var("UMD_SIM_MEM_MIB", "2048");
+    }
+    let (dev, pool, ctxs) = open_device(true);
+    let (dev_off, pool_off, ctxs_off) = open_device(false);
+    if std::env::var_os("POOL_BENCH_PROFILE").is_some() {
+        // Only the single-thread 512 B hit loop, for a profiler.
+        let r = req(&ctxs[0], 512);
+        let ns = measure(1, 2_000_000, |_| {
+            let g = pool.alloc(&dev, &r).unwrap();
+            pool.free(&dev, black_box(g.block), FreeNote::default());
+        });
+        println!("hit 512 B: {ns:.1} ns");
+        return;
+    }
+    println!(
+        "memory pool benchmark: backend {} ({}), {} CPUs, median of {RUNS} runs, ns per alloc+free pair\n",
+        dev.backend.kind(),
+        dev.backend.location(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!("| size | threads | pool hit | malloc/free | raw create+close | uncached (UMD_POOL=off) | pool / malloc | raw / pool | uncached / pool |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (size, name) in SIZES {
+        for threads in [1usize, 4] {
+            let reqs: Vec<Request> = ctxs.iter().map(|c| req(c, size)).collect();
+            // Warm: one kernel object per thread's first block, then every pair is a hit.
+            let warm: Vec<_> = reqs.iter().map(|r| pool.alloc(&dev, r).unwrap()).collect();
+            for g in warm {
+                pool.free(&dev, g.block, FreeNote::default());
+            }
+            let before = pool.stats();
+            let (hit, malloc, ratio) = measure_pair(
+                threads,
+                200_000,
+                |t| {
+                    let g = pool.alloc(&dev, &reqs[t]).unwrap();
+                    pool.free(&dev, black_box(g.block), FreeNote::default());
+                },
+                |_| {
+                    // SAFETY: plain malloc/free of the same pointer.
+                    unsafe {
+                        let p = libc::malloc(size as usize);
+                        libc::free(black_box(p));
+                    }
+                },
+            );
+            let after = pool.stats();
+            assert_eq!(
+                after.num_kernel_allocs, before.num_kernel_allocs,
+                "hit path made kernel calls"
+            );
+            let raw_iters = if size >= 1 << 20 { 50 } else { 2_000 };
+            let raw = measure(threads, raw_iters, |_| {
+                let h = dev.backend.gem_create(size).unwrap();
+                dev.backend.gem_close(black_box(h)).unwrap();
+            });
+            let reqs_off: Vec<Request> = ctxs_off.iter().map(|c| req(c, size)).collect();
+            let off = measure(threads, raw_iters, |t| {
+                let g = pool_off.alloc(&dev_off, &reqs_off[t]).unwrap();
+                pool_off.free(&dev_off, black_box(g.block), FreeNote::default());
+            });
+            println!(
+                "| {name} | {threads} | {hit:.1} | {malloc:.1} | {raw:.0} | {off:.0} | {ratio:.2}x | {:.0}x | {:.0}x |",
+                raw / hit,
+                off / hit
+            );
+        }
+    }
+
+    // The full C ABI path (one thread): handle table + pool + logging call sites.
+    println!("\n| size | C ABI umdMemAlloc+umdMemFree (hit) | pool hit | ABI overhead |");
+    println!("|---|---|---|---|");
+    let mut cdev = 0u64;
+    let mut cctx = 0u64;
+    assert_eq!(
+        umd::abi::device::umdDeviceOpen(0, &mut cdev),
+        umd::error::umdResult::UMD_SUCCESS
+    );
+    assert_eq!(
+        umd::abi::context::umdContextCreate(cdev, 1, &mut cctx),
+        umd::error::umdResult::UMD_SUCCESS
+    );
+    for (size, name) in SIZES {
+        let mut b: umdBuffer = 0;
+        let _ = umdMemAlloc(cctx, size, 0, &mut b);
+        let _ = umdMemFree(b);
+        let abi = measure(1, 100_000, |_| {
+            let mut b: umdBuffer = 0;
+            let _ = umdMemAlloc(cctx, size, 0, &mut b);
+            let _ = umdMemFree(black_box(b));
+        });
+        let r = req(&ctxs[0], size);
+        let hit = measure(1, 200_000, |_| {
+            let g = pool.alloc(&dev, &r).unwrap();
+            pool.free(&dev, black_box(g.block), FreeNote::default());
+        });
+        println!("| {name} | {abi:.1} | {hit:.1} | {:.1}x |", abi / hit);
+    }
+    let _ = umd::abi::context::umdContextDestroy(cctx);
+    let _ = umd::abi::device::umdDeviceClose(cdev);
+
+    trace_replay(&dev, &pool, &ctxs[0], &dev_off, &pool_off, &ctxs_off[0]);
+}
+
+/// xorshift64*: a deterministic trace without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Log-uniform in [lo, hi].
+    fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (a + (b - a) * u).exp() as u64
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Alloc(usize, u64),
+    Free(usize),
+}
+
+/// A training-step-shaped trace: 24 long-lived weights (1-16 MiB); per step 400 activations
+/// (512 B-2 MiB, a few 4-8 MiB) kept until backward, each with two short-lived temporaries,
+/// then gradients per weight and an optimizer temporary.
+fn trace(steps: usize) -> (Vec<Op>, usize) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut ops = Vec::new();
+    let mut next = 0usize;
+    let mut id = || {
+        next += 1;
+        next - 1
+    };
+    let weights: Vec<(usize, u64)> = (0..24)
+        .map(|_| (id(), rng.log_uniform(1 << 20, 16 << 20)))
+        .collect();
+    for &(w, s) in &weights {
+        ops.push(Op::Alloc(w, s));
+    }
+    for _ in 0..steps {
+        let mut acts = Vec::new();
+        for i in 0..400 {
+            let s = if i % 50 == 7 {
+                rng.log_uniform(4 << 20, 8 << 20)
+            } else {
+                rng.log_uniform(512, 2 << 20)
+            };
+            let a = id();
+            ops.push(Op::Alloc(a, s));
+            acts.push(a);
+            for _ in 0..2 {
+                let t = id();
+                ops.push(Op::Alloc(t, rng.log_uniform(512, 256 << 10)));
+                ops.push(Op::Free(t));
+            }
+        }
+        let mut grads = Vec::new();
+        for &(_, s) in &weights {
+            let g = id();
+            ops.push(Op::Alloc(g, s));
+            grads.push(g);
+        }
+        for a in acts.into_iter().rev() {
+            let t = id();
+            ops.push(Op::Alloc(t, rng.log_uniform(512, 1 << 20)));
+            ops.push(Op::Free(t));
+            ops.push(Op::Free(a));
+        }
+        for (&g, &(_, s)) in grads.iter().zip(&weights) {
+            let t = id();
+            ops.push(Op::Alloc(t, s));
+            ops.push(Op::Free(t));
+            ops.push(Op::Free(g));
+        }
+    }
+    for &(w, _) in &weights {
+        ops.push(Op::Free(w));
+    }
+    (ops, next)
+}
+
+fn replay(dev: &Device, pool: &Pool, ctx: &Context, ops: &[Op], ids: usize) -> (f64, u64) {
+    pool.reset_peaks();
+    let mut live = vec![u32::MAX; ids];
+    let mut allocs = 0u64;
+    let t = Instant::now();
+    for op in ops {
+        match *op {
+            Op::Alloc(i, s) => {
+                live[i] = pool.alloc(dev, &req(ctx, s)).expect("trace alloc").block;
+                allocs += 1;
+            }
+            Op::Free(i) => pool.free(dev, live[i], FreeNote::default()),
+        }
+    }
+    (t.elapsed().as_nanos() as f64, allocs)
+}
+
+fn trace_replay(
+    dev: &Device,
+    pool: &Pool,
+    ctx: &Context,
+    dev_off: &Device,
+    pool_off: &Pool,
+    ctx_off: &Context,
+) {
+    let steps = 10;
+    let (ops, ids) = trace(steps);
+    pool.trim(dev, 0);
+    let s0 = pool.stats();
+    let (ns_on, allocs) = replay(dev, pool, ctx, &ops, ids);
+    let s1 = pool.stats();
+    let o0 = pool_off.stats();
+    let (ns_off, _) = replay(dev_off, pool_off, ctx_off, &ops, ids);
+    let o1 = pool_off.stats();
+    let k_on = s1.num_kernel_allocs - s0.num_kernel_allocs;
+    let k_off = o1.num_kernel_allocs - o0.num_kernel_allocs;
+    let calls_on = s1.num_kernel_calls - s0.num_kernel_calls;
+    let calls_off = o1.num_kernel_calls - o0.num_kernel_calls;
+    println!("\ntraining-step trace: {steps} steps, {allocs} allocations ({} per step), sizes 512 B..16 MiB", allocs / steps as u64);
+    println!("| | pool on | UMD_POOL=off | saved |");
+    println!("|---|---|---|---|");
+    println!(
+        "| kernel objects created | {k_on} | {k_off} | {:.1}% |",
+        100.0 * (1.0 - k_on as f64 / k_off.max(1) as f64)
+    );
+    println!(
+        "| backend calls | {calls_on} | {calls_off} | {:.1}% |",
+        100.0 * (1.0 - calls_on as f64 / calls_off.max(1) as f64)
+    );
+    println!(
+        "| time per step | {:.2} ms | {:.2} ms | {:.1}x faster |",
+        ns_on / steps as f64 / 1e6,
+        ns_off / steps as f64 / 1e6,
+        ns_off / ns_on
+    );
+    let pa = s1.allocated_bytes.all().peak;
+    let pr = s1.reserved_bytes.all().peak;
+    println!(
+        "| peak allocated | {:.1} MiB | {:.1} MiB | |",
+        pa as f64 / 1048576.0,
+        o1.allocated_bytes.all().peak as f64 / 1048576.0
+    );
+    println!(
+        "| peak reserved | {:.1} MiB ({:.2}x allocated) | {:.1} MiB | |",
+        pr as f64 / 1048576.0,
+        pr as f64 / pa.max(1) as f64,
+        o1.reserved_bytes.all().peak as f64 / 1048576.0
+    );
+    println!(
+        "| peak requested | {:.1} MiB | | |",
+        s1.requested_bytes.all().peak as f64 / 1048576.0
+    );
+}
