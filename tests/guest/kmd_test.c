@@ -612,6 +612,27 @@ static void test_foreign(void)
 		CHECK("foreign-own-object-on-card0", rc == 0 && rb == 0, "create rc=%d bind rc=%d", rc, rb);
 		if (!rc)
 			gem_close(fd, h);
+		/* GEM_CHANGE_HANDLE would move handles without open/close callbacks (the tracking is by
+		 * object, so it would stay right); Linux 7.3 wires the ioctl to drm_invalid_op. */
+		struct drm_gem_change_handle ch = { .handle = d.handle, .new_handle = 4000 };
+		int rch = xioctl(fd, DRM_IOCTL_GEM_CHANGE_HANDLE, &ch);
+		if (rch == -EINVAL) {
+			printf("kmd_test: skip change-handle: DRM_IOCTL_GEM_CHANGE_HANDLE disabled in this kernel\n");
+		} else if (rch == 0) {
+			d.handle = 4000;
+			bind_fail("foreign-dumb-vm-bind-after-change-handle", fd, d.handle, 0, AIGPU_VA_START + 8 * PAGE,
+				  0, PAGE, RW, EINVAL, AIGPU_REASON_HANDLE_FOREIGN);
+			rc = gem_create(fd, PAGE, &h);
+			ch = (struct drm_gem_change_handle){ .handle = h, .new_handle = 5000 };
+			rch = rc ? rc : xioctl(fd, DRM_IOCTL_GEM_CHANGE_HANDLE, &ch);
+			rb = rch ? rch : bind(fd, 5000, AIGPU_VA_START + 16 * PAGE, 0, PAGE, RW);
+			CHECK("own-object-after-change-handle", rc == 0 && rch == 0 && rb == 0, "create %d change %d bind %d",
+			      rc, rch, rb);
+			if (!rch)
+				gem_close(fd, 5000);
+		} else {
+			fail("foreign-dumb-change-handle", "rc=%d", rch);
+		}
 		/* closing the dumb buffer and reusing its handle number for our object */
 		gem_close(fd, d.handle);
 		rc = gem_create(fd, PAGE, &h);
