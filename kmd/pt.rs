@@ -146,6 +146,15 @@ impl PtPage {
         self.is_empty()
     }
 
+    /// Number of tables in this subtree, `self` included (for self-checks).
+    pub(crate) fn table_count(&self) -> usize {
+        1 + self
+            .children
+            .iter()
+            .map(|c| c.as_deref().map_or(0, PtPage::table_count))
+            .sum::<usize>()
+    }
+
     /// The leaf entry for `va`, or 0 if unmapped (for self-checks).
     pub(crate) fn lookup(&self, va: u64) -> u64 {
         let idx = pte::index(va, self.level);

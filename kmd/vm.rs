@@ -212,6 +212,7 @@ impl Vm {
                 root.unmap_page(undo);
                 undo += page;
             }
+            self.check_empty_tables();
             let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
             return Err(fail(e, r));
         }
@@ -239,7 +240,27 @@ impl Vm {
         drop(self.mappings.remove(&va));
         self.count -= 1;
         self.stats.mappings.fetch_sub(1, Relaxed);
+        self.check_empty_tables();
         Ok(())
+    }
+
+    /// Self-check: with no mapping left, only the (empty) top-level table may remain; every
+    /// other table must have been freed when it became empty. A violation is reported as
+    /// `LEAK:` (the guest test verdict fails on it).
+    fn check_empty_tables(&self) {
+        if self.count != 0 {
+            return;
+        }
+        if let Some(root) = self.root.as_deref() {
+            let tables = root.table_count();
+            if tables != 1 || !root.is_empty() {
+                pr_err!(
+                    "LEAK: address space has no mapping but {} page-table pages (top empty: {})\n",
+                    tables,
+                    root.is_empty()
+                );
+            }
+        }
     }
 
     /// Leaf entry for `va` (0 if unmapped).
