@@ -104,7 +104,8 @@ pub fn itoa(b: &mut [u8; 20], mut v: u64) -> &str {
             break;
         }
     }
-    std::str::from_utf8(&b[i..]).unwrap_or("0")
+    // SAFETY: b[i..] holds ASCII digits only.
+    unsafe { std::str::from_utf8_unchecked(&b[i..]) }
 }
 
 fn pad(o: &mut (impl Out + ?Sized), v: u64, width: usize) {
@@ -147,7 +148,8 @@ pub fn write_wall(o: &mut (impl Out + ?Sized), ns: u64) {
             p
         }
     };
-    o.s(std::str::from_utf8(&prefix).unwrap_or("0000-00-00T00:00:00."));
+    // SAFETY: the prefix is ASCII written by `write!` above (or a copy of it).
+    o.s(unsafe { std::str::from_utf8_unchecked(&prefix) });
     pad(o, us, 6);
     o.c(b'Z');
 }

@@ -22,6 +22,7 @@
 //! `RollingFileAppender` rotates by time only, in UTC, and panics when the directory cannot be
 //! created.
 
+pub mod clock;
 pub mod config;
 pub mod filter;
 pub mod format;
@@ -171,6 +172,7 @@ fn init_slow() {
 /// Starts the writer; true when the filters were (re)set from the environment (false after a
 /// `fork`, where the child keeps the parent's run-time filters).
 fn start(cfg: &Config) -> bool {
+    clock::init();
     ring::init(cfg.ring);
     ring::set_dir(&cfg.file_cfg.dir);
     let keep = FILTERS
@@ -556,12 +558,17 @@ fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
 fn on_event(event: &Event<'_>) {
     let meta = event.metadata();
     let level = *meta.level();
-    let mono_ns = crate::error::detail::mono_ns();
     let tid = tid();
-    if level <= Level::WARN {
+    // WARN and worse read CLOCK_MONOTONIC so the ring and the sinks show the same mono ns;
+    // the rest take the cheaper stamp the writer converts (see `clock`).
+    let stamp = if level <= Level::WARN {
+        let mono_ns = crate::error::detail::mono_ns();
         ring_event(event, mono_ns, tid);
-    }
-    let mut r = Packed::new(meta, mono_ns, tid);
+        mono_ns
+    } else {
+        clock::stamp()
+    };
+    let mut r = Packed::new(meta, stamp, tid);
     event.record(&mut r);
     if writer::on_writer_thread() {
         writer::push_local(r);

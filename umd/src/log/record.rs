@@ -432,7 +432,9 @@ impl Packed {
                     let Some(sb) = b.get(i..i + n) else { return };
                     i += n;
                     let start = out.text.len();
-                    out.text.push(std::str::from_utf8(sb).unwrap_or("\u{fffd}"));
+                    // SAFETY: the packed bytes of a string are a `&str` (or a prefix of one cut
+                    // at a char boundary) copied verbatim by `record_str` / `PackedWriter`.
+                    out.text.push(unsafe { std::str::from_utf8_unchecked(sb) });
                     Val::Str(start, out.text.len())
                 }
                 _ => return,

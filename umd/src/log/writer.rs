@@ -134,7 +134,8 @@ pub(super) struct Writer {
     route: Box<[(usize, u8); 512]>,
     console: Vec<u8>,
     console_failed: bool,
-    offset_ns: i128,
+    offset_ns: i64,
+    clock: super::clock::Converter,
     flush_interval: Duration,
     retry: Duration,
     next_flush: Instant,
@@ -175,6 +176,7 @@ impl Writer {
             console: Vec::with_capacity(16 * 1024),
             console_failed: false,
             offset_ns: 0,
+            clock: super::clock::Converter::uncalibrated(),
             flush_interval: cfg.flush_interval,
             retry: cfg.retry,
             next_flush: Instant::now() + cfg.flush_interval,
@@ -192,6 +194,7 @@ impl Writer {
         while super::STATE.load(Ordering::Acquire) != super::READY && Instant::now() < until {
             std::thread::park_timeout(Duration::from_millis(1));
         }
+        self.clock = super::clock::Converter::calibrate();
         self.refresh_offset();
         self.open_file();
         let mut idle = 0u32;
@@ -249,8 +252,9 @@ impl Writer {
     }
 
     fn refresh_offset(&mut self) {
-        let wall = now_wall() as i128;
-        let mono = crate::error::detail::mono_ns() as i128;
+        self.clock.refresh();
+        let wall = now_wall() as i64;
+        let mono = crate::error::detail::mono_ns() as i64;
         self.offset_ns = wall - mono;
     }
 
@@ -351,9 +355,11 @@ impl Writer {
         if !to_console && !to_file {
             return;
         }
-        let wall = (p.mono_ns as i128 + self.offset_ns).max(0) as u64;
+        let mono = self.clock.mono_ns(p.mono_ns);
+        let wall = (mono as i64).saturating_add(self.offset_ns).max(0) as u64;
         self.rec.reset(meta);
         p.unpack(&mut self.rec);
+        self.rec.mono_ns = mono;
         self.text.clear();
         let first = if to_file {
             self.file_fmt
