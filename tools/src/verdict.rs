@@ -680,7 +680,25 @@ fn crash_incident(device: &str, c: &CrashDump) -> Option<Incident> {
     })
 }
 
+/// The backend each process ran on, from its `device opened` record (`sim`, `kmd`).
+fn backends(s: &Snapshot) -> std::collections::HashMap<Option<u32>, String> {
+    let mut m = std::collections::HashMap::new();
+    for r in &s.logs.recs {
+        if r.msg == "device opened" {
+            if let Some(b) = r.field_str("backend") {
+                m.insert(r.pid, b);
+            }
+        }
+    }
+    m
+}
+
+fn pid_of(r: &Rec) -> String {
+    r.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+}
+
 fn application(s: &Snapshot) -> Status {
+    // The kernel's view: crash dumps, then live contexts without a dump, else dmesg lines.
     let mut kernel_side: Vec<Incident> = Vec::new();
     for d in &s.view.devices {
         let Some(dfs) = &d.debugfs else { continue };
@@ -723,9 +741,15 @@ fn application(s: &Snapshot) -> Status {
                 Event::Hang => "job timeout",
                 _ => continue,
             };
+            let device = dmesg::body(&f.line)
+                .split_whitespace()
+                .nth(1)
+                .filter(|d| d.starts_with("aigpu"))
+                .map(|d| d.trim_end_matches(':').to_string())
+                .unwrap_or_else(|| "aigpu".into());
             kernel_side.push(Incident {
                 kind,
-                device: dmesg::loose(&f.line, &["device"]).unwrap_or_else(|| "aigpu".into()),
+                device,
                 time: None,
                 ctx: dmesg::loose(&f.line, &["ctx", "context"]),
                 pid: dmesg::loose(&f.line, &["pid"]).and_then(|p| p.parse().ok()),
@@ -736,110 +760,167 @@ fn application(s: &Snapshot) -> Status {
             });
         }
     }
-    // libumd's view: its device-lost, fault and timeout records.
+    // libumd's view, per process: faults and hangs it logged, and device losses.
+    let back = backends(s);
+    let is_sim = |r: &Rec| back.get(&r.pid).is_some_and(|b| b == "sim");
     let log_inc = umdlog::analyze::incidents(&s.logs);
-    let mut log_side: Vec<Incident> = Vec::new();
-    for (k, r, ctx) in &log_inc {
-        let kind = match *k {
+    let log_incident = |k: &str, r: &Rec, ctx: Option<u64>| -> Option<Incident> {
+        let kind = match k {
             "GPU fault" => "page fault",
             "job timeout" => "job timeout",
-            _ => continue,
+            // libumd's own words for a lost context: "GPU fault '<type>' (<access> access) at VA
+            // 0x..." or "it hung the GPU (job timeout)".
+            "context lost" if r.msg.contains("GPU fault") => "page fault",
+            "context lost" if r.msg.contains("hung the GPU") => "job timeout",
+            _ => return None,
         };
-        log_side.push(Incident {
+        let va = r.field_str("va").or_else(|| {
+            r.msg
+                .split("at VA ")
+                .nth(1)
+                .and_then(|t| t.split([',', ' ', ';']).next())
+                .map(str::to_string)
+        });
+        let detail = r.field_str("fault").unwrap_or_else(|| {
+            // "GPU fault 'unmapped' (read access)" → "unmapped read"
+            let q: Vec<&str> = r.msg.split('\'').collect();
+            let access = r
+                .msg
+                .split(" access)")
+                .next()
+                .and_then(|t| t.rsplit('(').next())
+                .unwrap_or("");
+            match q.get(1) {
+                Some(t) if kind == "page fault" => format!("{t} {access}").trim().to_string(),
+                _ => String::new(),
+            }
+        });
+        Some(Incident {
             kind,
-            device: r
-                .field_str("device")
-                .map(|d| format!("device {d}"))
-                .unwrap_or_else(|| "device".into()),
+            device: if is_sim(r) {
+                "the simulator".into()
+            } else {
+                "device".into()
+            },
             time: Some(r.wall),
             ctx: ctx.map(|c| c.to_string()),
             pid: r.pid.map(u64::from),
             comm: None,
-            va: r.field_str("va"),
-            detail: r.field_str("fault").unwrap_or_default(),
+            va,
+            detail,
             evidence: log_ev(r),
-        });
-    }
-    let incidents: Vec<Incident> = if kernel_side.is_empty() {
-        log_side
-    } else {
-        kernel_side
+        })
     };
-    // Device loss.
+    let mut out = Vec::new();
+    // 1. A device the kernel reports lost: after its most recent fault or hang.
     let lost_dev: Vec<&crate::smi::DeviceView> = s
         .view
         .devices
         .iter()
         .filter(|d| d.state() == "lost")
         .collect();
-    let lost_log: Option<&Rec> = log_inc
-        .iter()
-        .find(|(k, _, _)| *k == "device lost")
-        .map(|(_, r, _)| *r);
-    let lost_dmesg = dmesg_found(s)
-        .into_iter()
-        .find(|(_, f)| f.event == Event::Lost);
-    let mut out = Vec::new();
-    if !lost_dev.is_empty() || lost_log.is_some() || lost_dmesg.is_some() {
-        let last = incidents.iter().max_by_key(|i| i.time);
+    if !lost_dev.is_empty() {
+        let last = kernel_side.iter().max_by_key(|i| i.time);
+        // libumd's own record of the loss (a process on the kernel backend), when it came after
+        // that fault.
+        let lost_log: Option<&Rec> = log_inc
+            .iter()
+            .rev()
+            .find(|(k, r, _)| {
+                *k == "device lost"
+                    && !is_sim(r)
+                    && last.and_then(|i| i.time).is_none_or(|t| r.wall >= t)
+            })
+            .map(|(_, r, _)| *r);
         let at = lost_log.map(|r| r.wall).or(last.and_then(|i| i.time));
         let mut e = Vec::new();
         for d in &lost_dev {
-            if let Some(st) = d.debugfs.as_ref().and_then(|x| x.status.as_ref()) {
-                e.push(ev(
-                    format!(
-                        "{}/status",
-                        d.debugfs.as_ref().map(|x| x.dir.as_str()).unwrap_or("")
-                    ),
-                    st.line.clone(),
-                ));
+            if let Some(dfs) = &d.debugfs {
+                if let Some(st) = &dfs.status {
+                    e.push(ev(format!("{}/status", dfs.dir), st.line.clone()));
+                }
             }
         }
         if let Some(r) = lost_log {
             e.push(log_ev(r));
         }
-        if let Some((src, f)) = &lost_dmesg {
-            e.push(dmesg_ev(src, f));
-        }
         if let Some(i) = last {
             e.push(i.evidence.clone());
         }
         let when = at.map(|t| format!(" at {}", t.hms())).unwrap_or_default();
-        let text = match last {
-            Some(i) => format!("device lost{when} after {} {}", i.what(), i.place()),
-            None => format!("device lost{when} (no fault or hang recorded before it)"),
-        };
-        out.push(finding(text, e));
+        out.push(finding(
+            match last {
+                Some(i) => format!("device lost{when} after {} {}", i.what(), i.place()),
+                None => format!("device lost{when} (no fault or hang recorded before it)"),
+            },
+            e,
+        ));
     }
-    let mut sorted: Vec<&Incident> = incidents.iter().collect();
+    // 2. The kernel's faults and hangs, most recent first.
+    let mut sorted: Vec<&Incident> = kernel_side.iter().collect();
     sorted.sort_by_key(|i| std::cmp::Reverse(i.time));
     for i in sorted {
-        let when = i
-            .time
-            .map(|t| format!(" at {}", t.human()))
-            .unwrap_or_default();
-        let text = match i.kind {
-            "page fault" => format!(
-                "{} {} on {}{when}{} — the context was banned; other contexts keep running",
-                i.what(),
-                i.place(),
-                i.device,
-                if i.detail.trim().is_empty() || i.detail.trim() == "- -" {
-                    String::new()
-                } else {
-                    format!(" ({})", i.detail.trim())
-                }
-            ),
-            _ => format!(
-                "{} {} on {}{when} — the engine was reset and the context banned",
-                i.what(),
-                i.place(),
-                i.device
-            ),
-        };
-        out.push(finding(text, vec![i.evidence.clone()]));
+        out.push(incident_finding(i));
     }
-    // Errors libumd returned to the application.
+    // 3. Without the kernel's view: what libumd logged, most recent first, one device loss per
+    //    process (with the fault or hang before it in that process) and one incident per
+    //    context.
+    //    Processes on the kernel backend first: the simulator's troubles are not the GPU's.
+    let mut sim_out = Vec::new();
+    if kernel_side.is_empty() {
+        let mut seen_lost = std::collections::HashSet::new();
+        let mut seen_ctx = std::collections::HashSet::new();
+        for (idx, (k, r, ctx)) in log_inc.iter().enumerate().rev() {
+            if *k == "device lost" {
+                if !seen_lost.insert(r.pid) {
+                    continue;
+                }
+                let before = log_inc[..idx]
+                    .iter()
+                    .rev()
+                    .filter(|(_, x, _)| x.pid == r.pid)
+                    .find_map(|(k2, x, c2)| log_incident(k2, x, *c2));
+                let who = if is_sim(r) {
+                    format!("the simulated device of pid {}", pid_of(r))
+                } else {
+                    format!("device lost in pid {}", pid_of(r))
+                };
+                let mut e = vec![log_ev(r)];
+                let text = match &before {
+                    Some(i) => {
+                        e.push(i.evidence.clone());
+                        if is_sim(r) {
+                            format!(
+                                "{who} was lost at {} after {} in context {}",
+                                r.wall.hms(),
+                                i.what(),
+                                i.ctx.as_deref().unwrap_or("?")
+                            )
+                        } else {
+                            format!(
+                                "{who} at {} after {} in context {}",
+                                r.wall.hms(),
+                                i.what(),
+                                i.ctx.as_deref().unwrap_or("?")
+                            )
+                        }
+                    }
+                    None if is_sim(r) => format!("{who} was lost at {}", r.wall.hms()),
+                    None => format!("{who} at {}", r.wall.hms()),
+                };
+                if is_sim(r) { &mut sim_out } else { &mut out }.push(finding(text, e));
+            } else if let Some(i) = log_incident(k, r, *ctx) {
+                if seen_ctx.insert((r.pid, i.ctx.clone())) {
+                    if is_sim(r) { &mut sim_out } else { &mut out }.push(incident_finding(&i));
+                }
+            }
+        }
+    }
+    out.append(&mut sim_out);
+    // 4. Errors libumd returned to applications: one per process and code, most recent first.
+    // ((pid, code), how many, the last record)
+    type PerCode<'a> = ((Option<u32>, String), usize, &'a Rec);
+    let mut codes: Vec<PerCode> = Vec::new();
     for r in s.logs.recs.iter() {
         if !umdlog::analyze::is_error(r) || r.msg.contains("simulator") {
             continue;
@@ -853,14 +934,30 @@ fn application(s: &Snapshot) -> Status {
         {
             continue;
         }
+        let key = (r.pid, code.to_string());
+        match codes.iter_mut().find(|(k, _, _)| *k == key) {
+            Some(x) => {
+                x.1 += 1;
+                x.2 = r;
+            }
+            None => codes.push((key, 1, r)),
+        }
+    }
+    codes.sort_by_key(|(_, _, r)| std::cmp::Reverse(r.wall));
+    for ((_, code), n, r) in codes {
         out.push(finding(
             format!(
-                "libumd returned {code} to pid {}{}: {}",
-                r.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                "libumd returned {code} to pid {}{}{}: {}",
+                pid_of(r),
                 r.function
                     .as_deref()
                     .map(|f| format!(" in {f}"))
                     .unwrap_or_default(),
+                if n > 1 {
+                    format!(" ({n} times, the last at {})", r.wall.hms())
+                } else {
+                    String::new()
+                },
                 r.msg
             ),
             vec![log_ev(r)],
@@ -894,6 +991,33 @@ fn application(s: &Snapshot) -> Status {
             seen.join(", ")
         }
     ))
+}
+
+fn incident_finding(i: &Incident) -> Finding {
+    let when = i
+        .time
+        .map(|t| format!(" at {}", t.human()))
+        .unwrap_or_default();
+    let text = match i.kind {
+        "page fault" => format!(
+            "{} {} on {}{when}{} — the context was banned; other contexts keep running",
+            i.what(),
+            i.place(),
+            i.device,
+            if i.detail.trim().is_empty() || i.detail.trim() == "- -" {
+                String::new()
+            } else {
+                format!(" ({})", i.detail.trim())
+            }
+        ),
+        _ => format!(
+            "{} {} on {}{when} — the engine was reset and the context banned",
+            i.what(),
+            i.place(),
+            i.device
+        ),
+    };
+    finding(text, vec![i.evidence.clone()])
 }
 
 // ---------------------------------------------------------------------------------------------

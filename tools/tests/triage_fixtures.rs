@@ -433,3 +433,27 @@ fn triage_without_root() {
     let nr = read(&report_dir(&out).join("not-read.txt"));
     assert!(nr.contains("/sys/kernel/debug: permission denied"), "{nr}");
 }
+
+/// Without debugfs and dmesg (an unprivileged user on a machine with dmesg_restrict), the
+/// application layer comes from libumd's logs, per process.
+#[test]
+fn lost_device_from_libumd_logs_only() {
+    let m = machine("lost");
+    std::fs::remove_dir_all(m.join("root/sys/kernel/debug/dri")).expect("rm debugfs dri");
+    std::fs::write(m.join("dmesg.txt"), "").expect("empty dmesg");
+    let (screen, _, _) = triage(&m, &fixtures().join("logs"), &[]);
+    let app: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("  application: "))
+        .collect();
+    assert_eq!(
+        app,
+        vec![
+            "  application: device lost in pid 4411 at 02:13:07 after a page fault at 0x7f0010000 in context 1",
+            "    evidence (umd log umd-4411.log:5): 2026-11-29T02:13:07.455000Z 7987981545000 ERROR tid=4411 umd::device - umd/src/device.rs:112 ctx=- code=- \"device lost: all further calls fail with UMD_ERR_DEVICE_LOST\" device=1 index=0 location=/dev/dri/renderD128 reason=\"submit: errno ENODEV (19), reason DEVICE_LOST (26): device is lost\"",
+            "    evidence (umd log umd-4411.log:4): 2026-11-29T02:13:07.160000Z 7987686545000 ERROR tid=4411 umd::abi umdFenceWait umd/src/abi/mod.rs:60 ctx=1 code=UMD_ERR_CTX_LOST \"context 1 was lost: GPU fault 'unmapped' (read access) at VA 0x7f0010000, packet offset 24 of its command buffer; fence seqno 57 will never signal. wait for fence (context 1, seqno 57) failed: errno ECANCELED (125), reason CTX_LOST (29): context was reset or faulted\" errno=125 reason=29",
+            "    (3 more findings: see \"all findings\" in summary.txt)",
+        ],
+        "{screen}"
+    );
+}

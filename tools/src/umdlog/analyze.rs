@@ -694,12 +694,18 @@ pub fn last_job_json(set: &LogSet, lj: &LastJob) -> Value {
     })
 }
 
-/// The device-lost, fault and timeout records (for triage's verdict), with the libumd context.
+/// The device-lost, fault, timeout and context-lost (`UMD_ERR_CTX_LOST`) records (for triage's
+/// verdict), with the libumd context.
 pub fn incidents(set: &LogSet) -> Vec<(&'static str, &Rec, Option<u64>)> {
     let m = ctx_map(set);
     set.recs
         .iter()
-        .filter_map(|r| event_kind(r).map(|k| (k, r, ctx_of(r, &m))))
+        .filter_map(|r| {
+            let k = event_kind(r).or_else(|| {
+                (r.code.as_deref() == Some("UMD_ERR_CTX_LOST")).then_some("context lost")
+            });
+            k.map(|k| (k, r, ctx_of(r, &m)))
+        })
         .collect()
 }
 
