@@ -91,6 +91,8 @@ pub struct Bins {
     sl: [u8; FL_COUNT],
     heads: [[u32; 8]; FL_COUNT],
     quick: [[u32; 8]; FL_COUNT],
+    /// Which quick lists may be non-empty (bit per first-level bin; drained lazily).
+    quick_fl: u64,
     /// Blocks on quick lists.
     pub quick_len: usize,
 }
@@ -102,6 +104,7 @@ impl Default for Bins {
             sl: [0; FL_COUNT],
             heads: [[NIL; 8]; FL_COUNT],
             quick: [[NIL; 8]; FL_COUNT],
+            quick_fl: 0,
             quick_len: 0,
         }
     }
@@ -116,6 +119,7 @@ impl Bins {
         b.state = State::Quick;
         b.fnext = self.quick[f][s];
         self.quick[f][s] = id;
+        self.quick_fl |= 1 << f;
         self.quick_len += 1;
     }
 
@@ -146,22 +150,26 @@ impl Bins {
         Some(id)
     }
 
-    /// Empties every quick list; returns the blocks (to be coalesced by the caller).
+    /// Empties every quick list; returns the blocks (to be coalesced by the caller). Visits only
+    /// the first-level bins that had a push since the last drain.
     pub fn quick_drain(&mut self, blocks: &mut [Block], out: &mut Vec<u32>) {
-        if self.quick_len == 0 {
-            return;
-        }
-        for head in self.quick.iter_mut().flatten() {
-            let mut id = *head;
-            while id != NIL {
-                out.push(id);
-                let next = blocks[id as usize].fnext;
-                blocks[id as usize].fnext = NIL;
-                id = next;
-            }
-            *head = NIL;
-        }
+        let mut fl = self.quick_fl;
+        self.quick_fl = 0;
         self.quick_len = 0;
+        while fl != 0 {
+            let f = fl.trailing_zeros() as usize;
+            fl &= fl - 1;
+            for head in self.quick[f].iter_mut() {
+                let mut id = *head;
+                while id != NIL {
+                    out.push(id);
+                    let next = blocks[id as usize].fnext;
+                    blocks[id as usize].fnext = NIL;
+                    id = next;
+                }
+                *head = NIL;
+            }
+        }
     }
 
     /// Links free block `id` into the bin of its size.

@@ -220,7 +220,8 @@ struct Inner {
     accounts: Vec<Account>,
     free_accounts: Vec<u32>,
     stats: Stats,
-    ghosts: VecDeque<Ghost>,
+    ghosts: Vec<Ghost>,
+    ghost_at: usize,
     handles: Vec<u64>,
     history: Option<History>,
     recent: [u64; 64],
@@ -323,7 +324,8 @@ impl Pool {
                 accounts: Vec::new(),
                 free_accounts: Vec::new(),
                 stats: Stats::default(),
-                ghosts: VecDeque::with_capacity(GHOSTS),
+                ghosts: Vec::with_capacity(GHOSTS),
+                ghost_at: 0,
                 handles: Vec::new(),
                 history,
                 recent: [0; 64],
@@ -972,10 +974,7 @@ impl Inner {
             None,
             note.site.as_ref(),
         );
-        if self.ghosts.len() == GHOSTS {
-            self.ghosts.pop_front();
-        }
-        self.ghosts.push_back(Ghost {
+        let g = Ghost {
             va,
             requested,
             size,
@@ -984,7 +983,14 @@ impl Inner {
             seq: self.seq,
             at_ns: note.at_ns,
             site: note.site,
-        });
+        };
+        // A ring: overwrite the oldest in place.
+        if self.ghosts.len() < GHOSTS {
+            self.ghosts.push(g);
+        } else {
+            self.ghosts[self.ghost_at % GHOSTS] = g;
+        }
+        self.ghost_at = self.ghost_at.wrapping_add(1);
         if deferred {
             self.blocks[id as usize].state = State::Pending;
             self.pending.push_back(id);
@@ -1366,13 +1372,17 @@ impl Inner {
 
     /// The most recent freed buffer containing `va` (`at_start`: starting at it).
     fn ghost_at(&self, va: u64, at_start: bool) -> Option<&Ghost> {
-        self.ghosts.iter().rev().find(|g| {
-            if at_start {
-                g.va == va
-            } else {
-                va >= g.va && va < g.va + g.size
-            }
-        })
+        // Newest first: the ring's slots from the last written backwards.
+        let n = self.ghosts.len();
+        (1..=n)
+            .map(|k| &self.ghosts[(self.ghost_at.wrapping_sub(k)) % n.max(1)])
+            .find(|g| {
+                if at_start {
+                    g.va == va
+                } else {
+                    va >= g.va && va < g.va + g.size
+                }
+            })
     }
 
     /// Checks one access; `Some((block, start, end))` when it lies in a live buffer.
