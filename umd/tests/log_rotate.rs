@@ -164,3 +164,55 @@ fn pipeline_rotates_by_size() {
     assert_eq!(last_i, Some(2999));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn old_runs_are_pruned_across_processes() {
+    use umd::log::rotate::{prune_runs, run_of};
+    assert_eq!(run_of("umd-42.log"), Some(42));
+    assert_eq!(run_of("umd-42.3.log"), Some(42));
+    assert_eq!(
+        run_of("umd-blackbox-42-20261129T095615.123456Z.log"),
+        Some(42)
+    );
+    assert_eq!(run_of("notes.log"), None);
+    let dir = fresh_dir("runs");
+    // Process ids that do not exist (checked), oldest first.
+    let dead: Vec<u32> = (4_190_000..4_194_000)
+        // SAFETY: signal 0 only checks existence.
+        .filter(|&p| unsafe { libc::kill(p as i32, 0) } != 0)
+        .take(4)
+        .collect();
+    assert_eq!(dead.len(), 4);
+    let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for (k, pid) in dead.iter().enumerate() {
+        for name in [
+            format!("umd-{pid}.log"),
+            format!("umd-{pid}.1.log"),
+            format!("umd-blackbox-{pid}-20261129T095615.123456Z.log"),
+        ] {
+            let f = std::fs::File::create(dir.join(&name)).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(60 * k as u64))
+                .unwrap();
+        }
+    }
+    let me = std::process::id();
+    std::fs::write(dir.join(format!("umd-{me}.log")), b"").unwrap();
+    std::fs::write(dir.join("unrelated.txt"), b"").unwrap();
+    // Keep 3 runs: this one and the two newest dead ones.
+    assert_eq!(prune_runs(&dir, 3, me), 6);
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut want = vec![format!("umd-{me}.log"), "unrelated.txt".to_string()];
+    for pid in &dead[2..] {
+        want.push(format!("umd-{pid}.log"));
+        want.push(format!("umd-{pid}.1.log"));
+        want.push(format!("umd-blackbox-{pid}-20261129T095615.123456Z.log"));
+    }
+    want.sort();
+    assert_eq!(left, want);
+    assert_eq!(prune_runs(&dir, 0, me), 0, "0 keeps everything");
+    let _ = std::fs::remove_dir_all(&dir);
+}

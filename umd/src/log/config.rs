@@ -46,6 +46,8 @@ pub struct Config {
     pub retry: Duration,
     /// Emergency ring records.
     pub ring: usize,
+    /// Runs (processes) whose files are kept in the directory (0: keep everything).
+    pub max_runs: u32,
     /// Install the fatal-signal handlers.
     pub signals: bool,
     /// Variables that were ignored, to be logged once the pipeline runs.
@@ -120,6 +122,7 @@ impl Config {
         };
         let max_bytes = num("UMD_LOG_MAX_BYTES", DEFAULT_MAX_BYTES, 4096, u64::MAX / 2);
         let max_files = num("UMD_LOG_MAX_FILES", DEFAULT_MAX_FILES as u64, 1, 1000) as u32;
+        let max_runs = num("UMD_LOG_MAX_RUNS", 10, 0, 100_000) as u32;
         let queue = num("UMD_LOG_QUEUE", DEFAULT_QUEUE as u64, 1, 1 << 22) as usize;
         let block_ms = num("UMD_LOG_BLOCK_MS", 100, 0, 60_000);
         let flush_ms = num("UMD_LOG_FLUSH_MS", 1000, 1, 3_600_000);
@@ -185,6 +188,7 @@ impl Config {
             error_flush: Duration::from_millis(error_flush_ms),
             retry: Duration::from_millis(retry_ms),
             ring,
+            max_runs,
             signals,
             warnings,
         }

@@ -312,6 +312,69 @@ impl RotatingFile {
     }
 }
 
+/// The process id a libumd log file belongs to: `umd-<pid>.log`, `umd-<pid>.<n>.log`,
+/// `umd-blackbox-<pid>-<time>.log`.
+pub fn run_of(name: &str) -> Option<u32> {
+    let rest = name.strip_suffix(".log")?;
+    if let Some(b) = rest.strip_prefix("umd-blackbox-") {
+        return b.split('-').next()?.parse().ok();
+    }
+    rest.strip_prefix("umd-")?.split('.').next()?.parse().ok()
+}
+
+/// Directory-wide retention across processes: every process writes its own `umd-<pid>*` files,
+/// so without this a directory shared by many runs would grow without bound. Keeps the files of
+/// the `keep` most recent runs (by newest modification time; the calling process and processes
+/// still alive always count as kept) and deletes the files of older runs that have exited.
+/// Returns the number of files deleted. `keep == 0` disables it.
+pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
+    if keep == 0 {
+        return 0;
+    }
+    let Ok(rd) = fs::read_dir(dir) else { return 0 };
+    let mut runs: std::collections::HashMap<u32, (std::time::SystemTime, Vec<PathBuf>)> =
+        std::collections::HashMap::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(run_of) else {
+            continue;
+        };
+        let Ok(md) = e.metadata() else { continue };
+        if !md.is_file() {
+            continue;
+        }
+        let t = md.modified().unwrap_or(std::time::UNIX_EPOCH);
+        let r = runs
+            .entry(pid)
+            .or_insert((std::time::UNIX_EPOCH, Vec::new()));
+        r.0 = r.0.max(t);
+        r.1.push(e.path());
+    }
+    let alive = |pid: u32| -> bool {
+        // SAFETY: signal 0 only checks that the process exists.
+        pid == me
+            || unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    };
+    let mut v: Vec<(u32, std::time::SystemTime, Vec<PathBuf>)> =
+        runs.into_iter().map(|(p, (t, f))| (p, t, f)).collect();
+    v.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let mut kept = 0u32;
+    let mut deleted = 0;
+    for (pid, _, files) in v {
+        if alive(pid) || kept < keep {
+            kept += 1;
+            continue;
+        }
+        for f in files {
+            if fs::remove_file(&f).is_ok() {
+                deleted += 1;
+            }
+        }
+    }
+    deleted
+}
+
 /// Default log directory: `$XDG_STATE_HOME/aigpu`, else `$HOME/.local/state/aigpu`, else the
 /// fallback [`fallback_dir`].
 pub fn default_dir() -> PathBuf {

@@ -123,6 +123,7 @@ pub(super) struct Writer {
     file: RotatingFile,
     file_state: FileState,
     dir_is_default: bool,
+    max_runs: u32,
     filters: Arc<Filters>,
     filter_gen: u64,
     text: Vec<u8>,
@@ -167,6 +168,7 @@ impl Writer {
             file: RotatingFile::new(cfg.file_cfg.clone(), Arc::new(SystemClock)),
             file_state: FileState::Ok,
             dir_is_default: cfg.dir_is_default,
+            max_runs: cfg.max_runs,
             filters: super::filters(),
             filter_gen: super::filter_gen(),
             text: Vec::with_capacity(1024),
@@ -495,6 +497,16 @@ impl Writer {
         self.stats.file_ok.store(true, Ordering::Relaxed);
         super::ring::set_dir(&self.file.config().dir);
         super::set_file_path(Some(self.file.path_of(0)));
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        let n = super::rotate::prune_runs(&self.file.config().dir, self.max_runs, me);
+        if n > 0 {
+            tracing::info!(
+                deleted = n,
+                keep_runs = self.max_runs,
+                "deleted the log files of older runs (UMD_LOG_MAX_RUNS)"
+            );
+        }
     }
 
     /// Writes the file buffer out; `sync` also fdatasyncs.
