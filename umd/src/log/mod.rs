@@ -108,22 +108,37 @@ struct Pipeline {
 }
 
 thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-    static TID: Cell<u32> = const { Cell::new(0) };
+    /// Per-thread state in one word (one TLS access per log call, which matters in a cdylib
+    /// where TLS goes through `__tls_get_addr`): bits 0..32 the cached OS thread id (0: not yet),
+    /// `BUSY` while this thread is inside the subscriber, `WRITER` on the writer thread.
+    static ME: Cell<u64> = const { Cell::new(0) };
+}
+const BUSY: u64 = 1 << 32;
+const WRITER: u64 = 1 << 33;
+
+/// Marks the calling thread as the writer thread (its events are handled in place).
+pub(crate) fn mark_writer_thread() {
+    let _ = ME.try_with(|c| c.set(c.get() | WRITER));
 }
 
+/// Enters the subscriber: (thread id, on the writer thread), or None when this thread is
+/// already inside it (a log call made while formatting a log call is dropped).
 #[inline]
-fn tid() -> u32 {
-    TID.try_with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
+fn enter() -> Option<(u32, bool)> {
+    ME.try_with(|c| {
+        let v = c.get();
+        if v & BUSY != 0 {
+            return None;
         }
-        let v = crate::error::detail::thread_id() as u32;
-        t.set(v);
-        v
+        let tid = match v as u32 {
+            0 => crate::error::detail::thread_id() as u32,
+            t => t,
+        };
+        c.set((v & WRITER) | BUSY | tid as u64);
+        Some((tid, v & WRITER != 0))
     })
-    .unwrap_or_else(|_| crate::error::detail::thread_id() as u32)
+    .ok()
+    .flatten()
 }
 
 /// Makes sure the pipeline runs. The hot path (already running) is one atomic load; the first
@@ -231,8 +246,7 @@ fn start(cfg: &Config) -> bool {
 /// `umd-<child pid>.log`. Only atomics and thread-local cells are touched here.
 extern "C" fn after_fork_child() {
     PIPE.store(std::ptr::null_mut(), Ordering::Release);
-    let _ = TID.try_with(|t| t.set(0));
-    let _ = BUSY.try_with(|b| b.set(false));
+    let _ = ME.try_with(|c| c.set(0));
     if STATE.load(Ordering::Acquire) != SHUTDOWN {
         STATE.store(UNINIT, Ordering::Release);
     }
@@ -496,7 +510,7 @@ impl UmdSubscriber {
 struct Busy;
 impl Drop for Busy {
     fn drop(&mut self) {
-        let _ = BUSY.try_with(|b| b.set(false));
+        let _ = ME.try_with(|c| c.set(c.get() & !BUSY));
     }
 }
 
@@ -532,11 +546,11 @@ impl Subscriber for UmdSubscriber {
 
     fn event(&self, event: &Event<'_>) {
         // A log call made while formatting a log call (a Debug impl that logs) is dropped.
-        if !BUSY.try_with(|b| !b.replace(true)).unwrap_or(false) {
+        let Some((tid, writer)) = enter() else {
             return;
-        }
+        };
         let _busy = Busy;
-        on_event(event);
+        on_event(event, tid, writer);
     }
 }
 
@@ -555,10 +569,9 @@ fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
 }
 
 #[inline]
-fn on_event(event: &Event<'_>) {
+fn on_event(event: &Event<'_>, tid: u32, on_writer: bool) {
     let meta = event.metadata();
     let level = *meta.level();
-    let tid = tid();
     // WARN and worse read CLOCK_MONOTONIC so the ring and the sinks show the same mono ns;
     // the rest take the cheaper stamp the writer converts (see `clock`).
     let stamp = if level <= Level::WARN {
@@ -570,7 +583,7 @@ fn on_event(event: &Event<'_>) {
     };
     let mut r = Packed::new(meta, stamp, tid);
     event.record(&mut r);
-    if writer::on_writer_thread() {
+    if on_writer {
         writer::push_local(r);
         return;
     }

@@ -476,6 +476,16 @@ impl Visit for Packed {
         while !value.is_char_boundary(n) {
             n -= 1;
         }
+        if n <= 40 {
+            // One copy for the common short string: [index][type][len][bytes].
+            let mut e = [0u8; 43];
+            e[0] = field.index().min(255) as u8;
+            e[1] = T_STR;
+            e[2] = n as u8;
+            e[3..3 + n].copy_from_slice(&value.as_bytes()[..n]);
+            self.put(&e[..3 + n]);
+            return;
+        }
         let mut e = Self::head(field, T_STR);
         let k = varint(&mut e, 2, n as u64);
         self.put(&e[..k]);

@@ -19,7 +19,7 @@ use super::record::{Packed, Record};
 use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
 use super::Stats;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,13 +85,7 @@ pub struct Filters {
 }
 
 thread_local! {
-    static IN_WRITER: Cell<bool> = const { Cell::new(false) };
     static LOCAL: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
-}
-
-/// True on the writer thread (its own events are handled in place, never queued).
-pub fn on_writer_thread() -> bool {
-    IN_WRITER.try_with(|c| c.get()).unwrap_or(false)
 }
 
 /// Keeps a record the writer thread logged about itself, for the writer to write next.
@@ -191,7 +185,7 @@ impl Writer {
 
     /// The thread body.
     pub(super) fn run(mut self) {
-        let _ = IN_WRITER.try_with(|c| c.set(true));
+        super::mark_writer_thread();
         let until = Instant::now() + Duration::from_secs(2);
         while super::STATE.load(Ordering::Acquire) != super::READY && Instant::now() < until {
             std::thread::park_timeout(Duration::from_millis(1));
