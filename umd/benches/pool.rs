@@ -152,62 +152,16 @@ fn main() {
         println!("hit 512 B: {ns:.1} ns");
         return;
     }
-    println!(
-        "memory pool benchmark: backend {} ({}), {} CPUs, median of {RUNS} runs, ns per alloc+free pair\n",
-        dev.backend.kind(),
-        dev.backend.location(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
-    println!("| size | threads | pool hit | malloc/free | raw create+close | uncached (UMD_POOL=off) | pool / malloc | raw / pool | uncached / pool |");
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for (size, name) in SIZES {
-        for threads in [1usize, 4] {
-            let reqs: Vec<Request> = ctxs.iter().map(|c| req(c, size)).collect();
-            // Warm: one kernel object per thread's first block, then every pair is a hit.
-            let warm: Vec<_> = reqs.iter().map(|r| pool.alloc(&dev, r).unwrap()).collect();
-            for g in warm {
-                pool.free(&dev, g.block, FreeNote::default());
-            }
-            let before = pool.stats();
-            let (hit, malloc, ratio) = measure_pair(
-                threads,
-                200_000,
-                |t| {
-                    let g = pool.alloc(&dev, &reqs[t]).unwrap();
-                    pool.free(&dev, black_box(g.block), FreeNote::default());
-                },
-                |_| {
-                    // SAFETY: plain malloc/free of the same pointer.
-                    unsafe {
-                        let p = libc::malloc(size as usize);
-                        libc::free(black_box(p));
-                    }
-                },
-            );
-            let after = pool.stats();
-            assert_eq!(
-                after.num_kernel_allocs, before.num_kernel_allocs,
-                "hit path made kernel calls"
-            );
-            let raw_iters = if size >= 1 << 20 { 50 } else { 2_000 };
-            let raw = measure(threads, raw_iters, |_| {
-                let h = dev.backend.gem_create(size).unwrap();
-                dev.backend.gem_close(black_box(h)).unwrap();
-            });
-            let reqs_off: Vec<Request> = ctxs_off.iter().map(|c| req(c, size)).collect();
-            let off = measure(threads, raw_iters, |t| {
-                let g = pool_off.alloc(&dev_off, &reqs_off[t]).unwrap();
-                pool_off.free(&dev_off, black_box(g.block), FreeNote::default());
-            });
-            println!(
-                "| {name} | {threads} | {hit:.1} | {malloc:.1} | {raw:.0} | {off:.0} | {ratio:.2}x | {:.0}x | {:.0}x |",
-                raw / hit,
-                off / hit
-            );
-        }
+    let abi_only = std::env::var_os("POOL_BENCH_ABI").is_some();
+    if !abi_only {
+        pairs(&dev, &pool, &ctxs, &dev_off, &pool_off, &ctxs_off);
     }
-
-    // The full C ABI path (one thread): handle table + pool + logging call sites.
+    // The full C ABI path (one thread): handle table + pool + the INFO log records of every
+    // alloc and free (run with UMD_LOG=warn to see the cost without them).
+    println!(
+        "\nC ABI path (UMD_LOG={}):",
+        std::env::var("UMD_LOG").unwrap_or_else(|_| "default: INFO to the file sink".into())
+    );
     println!("\n| size | C ABI umdMemAlloc+umdMemFree (hit) | pool hit | ABI overhead |");
     println!("|---|---|---|---|");
     let mut cdev = 0u64;
@@ -239,7 +193,74 @@ fn main() {
     let _ = umd::abi::context::umdContextDestroy(cctx);
     let _ = umd::abi::device::umdDeviceClose(cdev);
 
-    trace_replay(&dev, &pool, &ctxs[0], &dev_off, &pool_off, &ctxs_off[0]);
+    if !abi_only {
+        trace_replay(&dev, &pool, &ctxs[0], &dev_off, &pool_off, &ctxs_off[0]);
+    }
+}
+
+/// The alloc+free pair table: pool hit, malloc, raw backend, uncached.
+fn pairs(
+    dev: &Device,
+    pool: &Pool,
+    ctxs: &[Arc<Context>],
+    dev_off: &Device,
+    pool_off: &Pool,
+    ctxs_off: &[Arc<Context>],
+) {
+    println!(
+        "memory pool benchmark: backend {} ({}), {} CPUs, median of {RUNS} runs, ns per alloc+free pair\n",
+        dev.backend.kind(),
+        dev.backend.location(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!("| size | threads | pool hit | malloc/free | raw create+close | uncached (UMD_POOL=off) | pool / malloc | raw / pool | uncached / pool |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (size, name) in SIZES {
+        for threads in [1usize, 4] {
+            let reqs: Vec<Request> = ctxs.iter().map(|c| req(c, size)).collect();
+            // Warm: one kernel object per thread's first block, then every pair is a hit.
+            let warm: Vec<_> = reqs.iter().map(|r| pool.alloc(dev, r).unwrap()).collect();
+            for g in warm {
+                pool.free(dev, g.block, FreeNote::default());
+            }
+            let before = pool.stats();
+            let (hit, malloc, ratio) = measure_pair(
+                threads,
+                200_000,
+                |t| {
+                    let g = pool.alloc(dev, &reqs[t]).unwrap();
+                    pool.free(dev, black_box(g.block), FreeNote::default());
+                },
+                |_| {
+                    // SAFETY: plain malloc/free of the same pointer.
+                    unsafe {
+                        let p = libc::malloc(size as usize);
+                        libc::free(black_box(p));
+                    }
+                },
+            );
+            let after = pool.stats();
+            assert_eq!(
+                after.num_kernel_allocs, before.num_kernel_allocs,
+                "hit path made kernel calls"
+            );
+            let raw_iters = if size >= 1 << 20 { 50 } else { 2_000 };
+            let raw = measure(threads, raw_iters, |_| {
+                let h = dev.backend.gem_create(size).unwrap();
+                dev.backend.gem_close(black_box(h)).unwrap();
+            });
+            let reqs_off: Vec<Request> = ctxs_off.iter().map(|c| req(c, size)).collect();
+            let off = measure(threads, raw_iters, |t| {
+                let g = pool_off.alloc(dev_off, &reqs_off[t]).unwrap();
+                pool_off.free(dev_off, black_box(g.block), FreeNote::default());
+            });
+            println!(
+                "| {name} | {threads} | {hit:.1} | {malloc:.1} | {raw:.0} | {off:.0} | {ratio:.2}x | {:.0}x | {:.0}x |",
+                raw / hit,
+                off / hit
+            );
+        }
+    }
 }
 
 /// xorshift64*: a deterministic trace without a dependency.

@@ -228,6 +228,8 @@ struct Inner {
     recent_at: usize,
     seq: u64,
     scratch: Vec<u32>,
+    last_mark: u64,
+    unpins: u64,
 }
 
 /// A device's pool.
@@ -332,6 +334,8 @@ impl Pool {
                 recent_at: 0,
                 seq: 0,
                 scratch: Vec::new(),
+                last_mark: u64::MAX,
+                unpins: 0,
             }),
             config,
         }
@@ -683,6 +687,7 @@ impl Pool {
     /// unpins them.
     pub fn stamp(&self, pinned: &[u32], acct: u32, seqno: u64) {
         let mut g = self.lock();
+        g.unpins += 1;
         for &id in pinned {
             let b = &mut g.blocks[id as usize];
             b.pins = b.pins.saturating_sub(1);
@@ -916,6 +921,7 @@ impl Inner {
     }
 
     fn unpin(&mut self, pinned: &[u32]) {
+        self.unpins += 1;
         for &id in pinned {
             let b = &mut self.blocks[id as usize];
             b.pins = b.pins.saturating_sub(1);
@@ -1002,6 +1008,19 @@ impl Inner {
         }
     }
 
+    /// A number that changes whenever a pending block may have become reusable.
+    fn progress_mark(&self, lost: bool) -> u64 {
+        let mut m = self.unpins.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lost as u64;
+        for (i, a) in self.accounts.iter().enumerate() {
+            let t = &a.timeline;
+            let v = t.completed.load(Ordering::Acquire)
+                ^ ((t.lost.load(Ordering::Acquire) as u64) << 63)
+                ^ ((!a.live as u64) << 62);
+            m = m.wrapping_add(v.wrapping_mul(2 * i as u64 + 1));
+        }
+        m.wrapping_add(self.pending.len() as u64)
+    }
+
     fn signalled(&self, slot: u32, seq: u64) -> bool {
         match self.accounts.get(slot as usize) {
             Some(a) if a.live => {
@@ -1020,6 +1039,13 @@ impl Inner {
     /// Moves pending blocks whose fences signalled to the bins; returns how many.
     fn process_pending(&mut self, dev: &Device) -> usize {
         let lost = dev.is_lost();
+        // Skip the scan unless some context progressed (or a pin went) since the last one:
+        // allocations while a long job holds many deferred blocks stay O(contexts).
+        let mark = self.progress_mark(lost);
+        if mark == self.last_mark {
+            return 0;
+        }
+        self.last_mark = mark;
         let mut moved = 0;
         let mut i = 0;
         while i < self.pending.len() {
