@@ -202,8 +202,17 @@ fn run_spdlog(
     Some(f)
 }
 
+/// The 1-minute load average (the machine is shared: read the figures with it).
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let load_before = load();
     let arg = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -230,6 +239,9 @@ fn main() {
     std::env::set_var("UMD_LOG_CONSOLE", "warn");
     std::env::set_var("UMD_LOG_FILE", "info,bench::quiet=off");
     std::env::set_var("UMD_LOG_OVERFLOW", "block");
+    // Block like spdlog's policy does (the default 100 ms bound would drop records when the
+    // kernel throttles the writer thread's page-cache writes during the throughput run).
+    std::env::set_var("UMD_LOG_BLOCK_MS", "60000");
     let queue = arg("--queue").unwrap_or_else(|| "16384".into());
     std::env::set_var("UMD_LOG_QUEUE", &queue);
     std::env::set_var("UMD_LOG_SIGNALS", "0");
@@ -271,6 +283,11 @@ fn main() {
     println!(
         "libumd: {} records to the file, {} dropped, {} rotations; timer overhead subtracted: {:.1} ns",
         s.written_file, s.dropped, s.rotations, ours.timer
+    );
+    println!(
+        "cpus: {}, load average before/after: {load_before} / {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load()
     );
     println!();
     println!(

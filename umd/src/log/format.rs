@@ -381,8 +381,8 @@ impl<'a> FixedLine<'a> {
     }
     /// Length so far; if the line was cut, ends it with `…\n` first.
     pub fn finish(mut self) -> usize {
-        if self.full {
-            let tail = "…\n".as_bytes();
+        let tail = "…\n".as_bytes();
+        if self.full && self.buf.len() >= tail.len() {
             let keep = self.buf.len() - tail.len();
             let mut n = self.len.min(keep);
             // Back off to a char boundary: continuation bytes are 0b10xxxxxx.
