@@ -107,8 +107,9 @@ pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
         _ => return Err("unknown ELF byte order".into()),
     };
     let rd = |off: usize, n: usize| -> Result<u64, String> {
-        let b = d
-            .get(off..off + n)
+        let b = off
+            .checked_add(n)
+            .and_then(|end| d.get(off..end))
             .ok_or_else(|| "truncated ELF file".to_string())?;
         let mut v: u64 = 0;
         for i in 0..n {
@@ -123,7 +124,11 @@ pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
         (rd(0x20, 4)?, rd(0x2e, 2)?, rd(0x30, 2)?, rd(0x32, 2)?)
     };
     let sh = |i: u64| -> Result<(u64, u64, u64), String> {
-        let base = (shoff + i * shentsize) as usize;
+        let base = i
+            .checked_mul(shentsize)
+            .and_then(|x| x.checked_add(shoff))
+            .and_then(|x| usize::try_from(x).ok())
+            .ok_or("bad ELF section header offset")?;
         if is64 {
             Ok((rd(base, 4)?, rd(base + 0x18, 8)?, rd(base + 0x20, 8)?))
         } else {
@@ -133,9 +138,13 @@ pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
     if shstrndx >= shnum {
         return Err("no section name table".into());
     }
+    let range = |off: u64, size: u64| -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(off).ok()?;
+        Some(start..start.checked_add(usize::try_from(size).ok()?)?)
+    };
     let (_, stroff, strsize) = sh(shstrndx)?;
-    let strtab = d
-        .get(stroff as usize..(stroff + strsize) as usize)
+    let strtab = range(stroff, strsize)
+        .and_then(|r| d.get(r))
         .ok_or("truncated ELF file")?;
     for i in 0..shnum {
         let (name, off, size) = sh(i)?;
@@ -144,8 +153,8 @@ pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
             .and_then(|s| s.split(|&b| b == 0).next())
             .unwrap_or(b"");
         if n == b".modinfo" {
-            let sec = d
-                .get(off as usize..(off + size) as usize)
+            let sec = range(off, size)
+                .and_then(|r| d.get(r))
                 .ok_or("truncated .modinfo section")?;
             return Ok(sec
                 .split(|&b| b == 0)
@@ -159,4 +168,25 @@ pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
         }
     }
     Err("no .modinfo section (not a kernel module?)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_never_panics() {
+        assert!(modinfo_section(b"not an elf").is_err());
+        let mut d = vec![0u8; 64];
+        d[..4].copy_from_slice(b"\x7fELF");
+        d[4] = 2;
+        d[5] = 1;
+        // Section headers far outside the file, huge counts and sizes.
+        for v in [0xffu8, 0x7f, 0x01] {
+            for b in d.iter_mut().skip(0x28) {
+                *b = v;
+            }
+            assert!(modinfo_section(&d).is_err());
+        }
+    }
 }

@@ -474,22 +474,18 @@ pub struct LogSet {
 }
 
 impl LogSet {
-    /// Reads `files`. A black box is read only for a process without a regular log file (its
-    /// records duplicate the regular file's WARN and ERROR records).
+    /// Reads `files`. A black box repeats the WARN and ERROR records of its process: for a
+    /// process with regular log files only the records those files lack are kept (matched by
+    /// `mono_ns`, which identifies a record in both, docs/logging.md), e.g. records the
+    /// pipeline could not write any more.
     pub fn read(files: Vec<LogFile>, notes: &mut Notes) -> LogSet {
-        let regular_pids: std::collections::BTreeSet<Option<u32>> = files
-            .iter()
-            .filter(|f| !f.blackbox)
-            .map(|f| f.pid)
-            .collect();
         let mut set = LogSet::default();
         let mut per: Vec<Vec<Rec>> = Vec::new();
-        let mut cur_key: Option<(bool, Option<u32>)> = None;
+        let mut cur_key: Option<Option<u32>> = None;
+        let mut monos: std::collections::HashMap<Option<u32>, std::collections::HashSet<u64>> =
+            std::collections::HashMap::new();
+        // Regular files sort before black boxes (see `discover`).
         for f in files {
-            if f.blackbox && f.pid.is_some() && regular_pids.contains(&f.pid) {
-                set.files.push(f);
-                continue;
-            }
             let text = match crate::host::read_text(&f.path) {
                 Ok(t) => t,
                 Err(e) => {
@@ -497,13 +493,26 @@ impl LogSet {
                     continue;
                 }
             };
-            let key = (f.blackbox && f.pid.is_none(), f.pid);
-            if cur_key != Some(key) || f.blackbox || f.pid.is_none() {
+            if f.blackbox || f.pid.is_none() || cur_key != Some(f.pid) {
                 per.push(Vec::new());
-                cur_key = Some(key);
+                cur_key = if f.blackbox { None } else { Some(f.pid) };
             }
+            let known = if f.blackbox {
+                monos.get(&f.pid).cloned().unwrap_or_default()
+            } else {
+                Default::default()
+            };
             for (i, line) in text.lines().enumerate() {
                 if line.trim().is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if f.blackbox
+                    && line
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|m| m.parse::<u64>().ok())
+                        .is_some_and(|m| known.contains(&m))
+                {
                     continue;
                 }
                 let src = Src {
@@ -514,6 +523,9 @@ impl LogSet {
                     Ok(mut r) => {
                         r.pid = f.pid;
                         r.src = src;
+                        if !f.blackbox {
+                            monos.entry(f.pid).or_default().insert(r.mono);
+                        }
                         if let Some(v) = per.last_mut() {
                             v.push(r);
                         }
@@ -608,6 +620,40 @@ mod tests {
         assert_eq!(j.field_u64("va"), Some(0x100000));
         assert_eq!(j.line, Some(116));
         assert!(parse_line("garbage").is_err());
+    }
+
+    #[test]
+    fn black_box_adds_only_what_the_file_lacks() {
+        let d = std::env::temp_dir().join(format!("aigpu-tools-bb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let a = r#"2026-11-29T02:13:07.000001Z 11 WARN tid=1 umd::abi umdMemAlloc umd/src/abi/mod.rs:69 ctx=1 code=UMD_ERR_MEM_OUT_OF_MEMORY "a""#;
+        let b = r#"2026-11-29T02:13:07.000002Z 12 ERROR tid=1 umd::device - umd/src/device.rs:112 ctx=- code=- "device lost: all further calls fail with UMD_ERR_DEVICE_LOST""#;
+        std::fs::write(d.join("umd-7.log"), format!("{a}\n")).unwrap();
+        std::fs::write(
+            d.join("umd-blackbox-7-20261129T021307.000003Z.log"),
+            format!("# libumd black box: pid 7\n{a}\n{b}\n2026-11-29T02:13:07.000002Z 11 WARN tid=1 umd::abi umdMem…\n"),
+        )
+        .unwrap();
+        let mut notes = Notes::default();
+        let set = LogSet::load(std::slice::from_ref(&d), &[], &mut notes);
+        let msgs: Vec<(&str, &str)> = set
+            .recs
+            .iter()
+            .map(|r| (r.msg.as_str(), r.src.file.as_str()))
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                ("a", "umd-7.log"),
+                (
+                    "device lost: all further calls fail with UMD_ERR_DEVICE_LOST",
+                    "umd-blackbox-7-20261129T021307.000003Z.log"
+                )
+            ]
+        );
+        assert_eq!(set.bad, 0, "{:?}", set.first_bad);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
