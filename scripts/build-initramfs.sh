@@ -9,6 +9,8 @@
 # -Werror` against the kernel's installed UAPI headers and include/aigpu_drm.h) and PID 1
 # (/init = tests/guest/init.sh). Extra static binaries (e.g. Rust tests built with
 # `-C target-feature=+crt-static`) can be added with GUEST_EXTRA_BINS="path ..." (to /bin).
+# If out/guest/umd/ exists (scripts/build-guest-umd.sh), its bin/, lib/ and lib64/ go to /bin,
+# /lib and /lib64 (the UMD conformance tests, run by init.sh with UMD_BACKEND=kmd).
 # Rebuilt from scratch every time (about 2 s): cheaper than tracking its inputs.
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
@@ -41,6 +43,15 @@ cp "$OUT/kmd_test" "$R/bin/kmd_test"
 for b in ${GUEST_EXTRA_BINS:-}; do
   cp "$b" "$R/bin/"
 done
+# The user-space half of the suite, when scripts/build-guest-umd.sh has staged it: the UMD's
+# conformance tests, the C ABI test and the demo, with libumd.so and their shared libraries.
+UMD=$AIGPU_ROOT/out/guest/umd
+if [ -d "$UMD/bin" ]; then
+  cp -a "$UMD/bin/." "$R/bin/"
+  mkdir -p "$R/lib" "$R/lib64"
+  cp -a "$UMD/lib/." "$R/lib/"
+  [ -d "$UMD/lib64" ] && cp -a "$UMD/lib64/." "$R/lib64/"
+fi
 (cd "$R" && find . -print0 | sort -z | cpio --null -o -H newc --quiet) | gzip -1 > "$OUT/initramfs.cpio.gz.tmp"
 mv "$OUT/initramfs.cpio.gz.tmp" "$OUT/initramfs.cpio.gz"
 stamp "build-initramfs: $OUT/initramfs.cpio.gz ($(du -k "$OUT/initramfs.cpio.gz" | cut -f1) KiB)"

@@ -54,6 +54,9 @@ if grep -qE "$BAD" "$LOG"; then
 fi
 
 grep -E 'kmd_test: [0-9]+ passed, [0-9]+ failed' "$LOG" || echo "run-guest: (no test summary line)"
+if grep -q 'GUEST: umd backend_conformance' "$LOG"; then
+  grep -E '^test result:' "$LOG" | sed 's/^/umd backend_conformance (kmd): /'
+fi
 if [ ${#reasons[@]} -eq 0 ]; then
   echo "run-guest: PASS ($FLAVOR)"
   exit 0

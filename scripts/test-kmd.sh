@@ -1,6 +1,8 @@
 #!/bin/bash
 # Kernel half of the project's test command: toolchain -> guest kernel -> aigpu.ko -> initramfs
-# -> QEMU boot running the in-guest suite. Prints the time of every step.
+# -> QEMU boot running the in-guest suite (kmd_test, plus the UMD's backend conformance tests
+# staged by scripts/build-guest-umd.sh unless AIGPU_SKIP_GUEST_UMD=1). Prints the time of every
+# step.
 #
 #   scripts/test-kmd.sh [debug|base]        (default: debug = KASAN, kmemleak, lockdep,
 #                                            atomic-sleep; the flavour the tests are meant for)
@@ -35,6 +37,14 @@ for field in '^version: +0\.1\.0$' '^description: +.+' '^license: +GPL$' '^parm:
              '^parm: +mem_mib:.+\((u32|uint)\)$'; do
   grep -qE "$field" <<<"$info" || { echo "test-kmd: modinfo $ko lacks /$field/:" >&2; echo "$info" >&2; exit 1; }
 done
+# The UMD's conformance tests run in the guest too (UMD_BACKEND=kmd): stage them unless told not
+# to (AIGPU_SKIP_GUEST_UMD=1 runs the kernel-only suite).
+if [ "${AIGPU_SKIP_GUEST_UMD:-0}" != 1 ]; then
+  "$HERE/build-guest-umd.sh"
+  step "umd for the guest"
+else
+  rm -rf "$AIGPU_ROOT/out/guest/umd"
+fi
 "$HERE/build-initramfs.sh" "$kdir" "$ko" >/dev/null
 step "initramfs"
 rc=0

@@ -20,6 +20,14 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
   /bin/kmd_test --module /lib/modules/aigpu.ko --params "$PARAMS" --mem-mib 64 --devices 2
   rc=$?
   echo "GUEST: kmd_test exit $rc"
+  # The UMD's backend conformance tests (the same source the host runs on the simulator), when
+  # staged: only the areas this module implements (no ring yet: no submit_ / wait_ cases).
+  if [ -x /bin/backend_conformance ]; then
+    UMD_BACKEND=kmd /bin/backend_conformance --test-threads=1 query_ gem_ vm_ ctx_
+    urc=$?
+    echo "GUEST: umd backend_conformance exit $urc"
+    [ $urc = 0 ] || rc=1
+  fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
 else
   echo "GUEST: FAIL insmod aigpu.ko"
