@@ -155,6 +155,13 @@ fn device_lost_writes_the_black_box_and_names_it() {
 }
 
 fn fatal_child(how: &str) {
+    // No core file in the test's directory, whatever the machine's limit.
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain setrlimit on this process.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
     umd::log::ensure_init();
     tracing::warn!(ctx = 1u64, "last words 1");
     tracing::error!(ctx = 1u64, code = "UMD_ERR_INTERNAL", "last words 2");

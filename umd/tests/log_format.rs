@@ -190,3 +190,33 @@ fn both_sinks_own_levels_and_flush_on_error() {
     assert!(file[0].contains(" INFO "));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Records still queued when the process exits are written by the exit hook (`.fini_array`),
+/// with no flush call and a flush interval far away.
+#[test]
+fn exit_writes_what_is_queued() {
+    if is_child() {
+        umd::log::ensure_init();
+        for i in 0..1000u32 {
+            tracing::info!(i, "queued at exit");
+        }
+        return;
+    }
+    let dir = fresh_dir("exit");
+    let o = run_child(
+        "exit_writes_what_is_queued",
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_FLUSH_MS", "600000"),
+        ],
+    );
+    assert_ok(&o);
+    let recs = lines(&log_files(&dir)[0]);
+    assert_eq!(
+        recs.iter()
+            .filter(|l| l.contains("\"queued at exit\""))
+            .count(),
+        1000
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
