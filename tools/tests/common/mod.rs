@@ -10,6 +10,24 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// A scratch directory, removed when the test passes (kept for a look when it fails).
+pub struct Scratch(pub PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A fresh scratch directory, world-readable (tests run a binary as nobody in it).
 pub fn scratch(name: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -49,7 +67,7 @@ pub fn copy_tree(src: &Path, dst: &Path) {
 /// Machine fixture `name` laid out in a scratch directory: `<dir>/root`, `<dir>/dmesg.txt`,
 /// `<dir>/logs` (an empty one when the fixture has none). A fixture with an `overlay-of` file
 /// is that machine with its own files laid over it.
-pub fn machine(name: &str) -> PathBuf {
+pub fn machine(name: &str) -> Scratch {
     let d = scratch(name);
     let src = fixtures().join("machines").join(name);
     if let Ok(base) = std::fs::read_to_string(src.join("overlay-of")) {
@@ -57,7 +75,7 @@ pub fn machine(name: &str) -> PathBuf {
     }
     copy_tree(&src, &d);
     std::fs::create_dir_all(d.join("logs")).expect("logs dir");
-    d
+    Scratch(d)
 }
 
 /// The output of a command run with an empty environment.
