@@ -332,20 +332,13 @@ impl Packed {
         }
         let at = self.len as usize;
         if at + b.len() <= PACKED_INLINE {
-            if b.len() <= 16 {
-                // Small pieces by hand: a call to memcpy costs more than the copy.
-                for (d, &x) in self.inline[at..at + b.len()].iter_mut().zip(b) {
-                    *d = std::mem::MaybeUninit::new(x);
-                }
-            } else {
-                // SAFETY: in bounds; MaybeUninit<u8> has the layout of u8.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        b.as_ptr(),
-                        self.inline.as_mut_ptr().add(at).cast::<u8>(),
-                        b.len(),
-                    );
-                }
+            // SAFETY: in bounds; MaybeUninit<u8> has the layout of u8.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    b.as_ptr(),
+                    self.inline.as_mut_ptr().add(at).cast::<u8>(),
+                    b.len(),
+                );
             }
             self.len += b.len() as u16;
         } else {
@@ -353,6 +346,23 @@ impl Packed {
             v.extend_from_slice(self.bytes());
             v.extend_from_slice(b);
             self.spill = v;
+        }
+    }
+
+    /// Appends the first `used` bytes of `b`. With room for all of `b` it stores the whole
+    /// array in one fixed-size write (no call to memcpy) and advances by `used` only.
+    #[inline(always)]
+    fn put_fixed<const K: usize>(&mut self, b: &[u8; K], used: usize) {
+        let at = self.len as usize;
+        if self.spill.is_empty() && at + K <= PACKED_INLINE {
+            // SAFETY: at + K <= PACKED_INLINE, so the K-byte store is in bounds; MaybeUninit<u8>
+            // has the layout of u8 and [u8; K] has alignment 1.
+            unsafe {
+                std::ptr::write_unaligned(self.inline.as_mut_ptr().add(at).cast::<[u8; K]>(), *b);
+            }
+            self.len += used as u16;
+        } else {
+            self.put(&b[..used]);
         }
     }
 
@@ -464,7 +474,7 @@ impl fmt::Write for PackedWriter<'_> {
 impl Visit for Packed {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let e = Self::head(field, T_FMT);
-        self.put(&e[..4]);
+        self.put_fixed(&e, 4);
         let at = self.pos() - 2;
         let mut w = PackedWriter(self, 0);
         let _ = write!(w, "{value:?}");
@@ -476,14 +486,11 @@ impl Visit for Packed {
         while !value.is_char_boundary(n) {
             n -= 1;
         }
-        if n <= 40 {
-            // One copy for the common short string: [index][type][len][bytes].
-            let mut e = [0u8; 43];
-            e[0] = field.index().min(255) as u8;
-            e[1] = T_STR;
+        if n < 128 {
+            let mut e = Self::head(field, T_STR);
             e[2] = n as u8;
-            e[3..3 + n].copy_from_slice(&value.as_bytes()[..n]);
-            self.put(&e[..3 + n]);
+            self.put_fixed(&e, 3);
+            self.put(&value.as_bytes()[..n]);
             return;
         }
         let mut e = Self::head(field, T_STR);
@@ -494,21 +501,21 @@ impl Visit for Packed {
     fn record_u64(&mut self, field: &Field, value: u64) {
         let mut e = Self::head(field, T_U64);
         let k = varint(&mut e, 2, value);
-        self.put(&e[..k]);
+        self.put_fixed(&e, k);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
         let mut e = Self::head(field, T_I64);
         let k = varint(&mut e, 2, ((value << 1) ^ (value >> 63)) as u64);
-        self.put(&e[..k]);
+        self.put_fixed(&e, k);
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
         let mut e = Self::head(field, T_F64);
         e[2..10].copy_from_slice(&value.to_le_bytes());
-        self.put(&e[..10]);
+        self.put_fixed(&e, 10);
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
         let e = Self::head(field, if value { T_TRUE } else { T_FALSE });
-        self.put(&e[..2]);
+        self.put_fixed(&e, 2);
     }
 }
 
