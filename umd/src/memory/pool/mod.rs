@@ -228,7 +228,7 @@ struct Inner {
     recent_at: usize,
     seq: u64,
     scratch: Vec<u32>,
-    last_mark: u64,
+    last_mark: (u64, u64, u64, usize),
     unpins: u64,
 }
 
@@ -334,7 +334,7 @@ impl Pool {
                 recent_at: 0,
                 seq: 0,
                 scratch: Vec::new(),
-                last_mark: u64::MAX,
+                last_mark: (0, 0, 0, usize::MAX),
                 unpins: 0,
             }),
             config,
@@ -353,6 +353,7 @@ impl Pool {
     /// Registers a context; returns its account slot.
     pub fn register(&self, ctx_id: u64, kmd_id: u32, timeline: Arc<Timeline>) -> u32 {
         let mut g = self.lock();
+        g.unpins += 1; // an epoch for the pending scan: accounts changed
         let acc = Account {
             ctx_id,
             kmd_id,
@@ -1008,17 +1009,17 @@ impl Inner {
         }
     }
 
-    /// A number that changes whenever a pending block may have become reusable.
-    fn progress_mark(&self, lost: bool) -> u64 {
-        let mut m = self.unpins.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lost as u64;
-        for (i, a) in self.accounts.iter().enumerate() {
+    /// What changes whenever a pending block may have become reusable: every term only grows
+    /// (completed seqnos, lost and retired contexts, unpins) except the pending count, so
+    /// comparing the tuple is exact.
+    fn progress_mark(&self, lost: bool) -> (u64, u64, u64, usize) {
+        let (mut done, mut flags) = (0u64, lost as u64);
+        for a in &self.accounts {
             let t = &a.timeline;
-            let v = t.completed.load(Ordering::Acquire)
-                ^ ((t.lost.load(Ordering::Acquire) as u64) << 63)
-                ^ ((!a.live as u64) << 62);
-            m = m.wrapping_add(v.wrapping_mul(2 * i as u64 + 1));
+            done = done.wrapping_add(t.completed.load(Ordering::Acquire));
+            flags += t.lost.load(Ordering::Acquire) as u64 + !a.live as u64;
         }
-        m.wrapping_add(self.pending.len() as u64)
+        (done, flags, self.unpins, self.pending.len())
     }
 
     fn signalled(&self, slot: u32, seq: u64) -> bool {
