@@ -38,6 +38,9 @@ pub extern "C" fn umdGetVersion(
     })
 }
 
+// umdGetErrorName, umdGetErrorString, umdGetErrorAction and umdIsRetryable need no guard():
+// they are lookups in static tables that cannot panic, and must not touch the last-error detail.
+
 /// The enumerator name of a result ("UMD_ERR_DEVICE_LOST"); "UMD_UNKNOWN_RESULT" for values that
 /// are not codes. Never NULL; the string is static.
 #[no_mangle]
@@ -82,9 +85,16 @@ pub extern "C" fn umdGetLastErrorDetail(detail: *mut umdErrorDetail) -> umdResul
         // Not recorded: the detail must keep describing the failure the caller asks about.
         return umdResult::UMD_ERR_INVALID_POINTER;
     }
-    // SAFETY: non-NULL, and the caller promises struct_size valid bytes.
-    match unsafe { crate::error::detail::copy_out(detail) } {
-        Ok(()) => umdResult::UMD_SUCCESS,
-        Err(e) => e.code,
+    // Not run in `guard()`: a failure here must not overwrite the detail being asked for. It
+    // still catches panics so none can cross into C.
+    let copy = std::panic::catch_unwind(|| {
+        // SAFETY: non-NULL, and the caller promises struct_size valid bytes.
+        unsafe { crate::error::detail::copy_out(detail) }
+    });
+    match copy {
+        Ok(Ok(())) => umdResult::UMD_SUCCESS,
+        Ok(Err(e)) => e.code,
+        Err(_) => umdResult::UMD_ERR_INTERNAL,
     }
 }
+
