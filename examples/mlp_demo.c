@@ -149,7 +149,11 @@ int main(void) {
     CHECK(umdContextDestroy(ctx));
     CHECK(umdDeviceClose(dev));
 
-    printf("aigpu MLP demo: int8 [%d x %d] -> GEMM %dx%d -> relu -> requant(x%d >> %u) -> GEMM %dx%d -> int32 [%d x %d]\n",
+    /* The log is asynchronous: flush it so its lines (e.g. why the simulator was chosen) come
+     * before the summary on the terminal. A failed flush only means a later ordering. */
+    if (umdLogFlush(1000) != UMD_SUCCESS) fprintf(stderr, "mlp_demo: log flush timed out\n");
+    printf("aigpu MLP demo: int8
+ [%d x %d] -> GEMM %dx%d -> relu -> requant(x%d >> %u) -> GEMM %dx%d -> int32 [%d x %d]\n",
            BATCH, IN, IN, HID, REQ_SCALE, REQ_SHIFT, HID, OUT, BATCH, OUT);
     printf("backend:  %s (%s), UAPI %u.%u, driver %u.%u.%u, %" PRIu64 " MiB\n", info.backend, info.location,
            info.uapi_major, info.uapi_minor, info.driver_major, info.driver_minor, info.driver_patch,
@@ -157,7 +161,12 @@ int main(void) {
     printf("result:   %s: %d of %d outputs match the CPU reference (checksum %" PRId64 ")\n",
            mismatches == 0 ? "PASS" : "FAIL", BATCH * OUT - mismatches, BATCH * OUT, checksum);
     printf("time:     GPU submit+wait %.2f ms, CPU reference %.2f ms\n", gpu_ms, cpu_ms);
-    const char *log_dir = getenv("UMD_LOG_DIR");
-    printf("log:      console (stderr, WARN and worse)%s%s\n", log_dir ? "; files in " : "", log_dir ? log_dir : "");
+    char log_path[512];
+    size_t needed = 0;
+    if (umdLogGetFilePath(log_path, sizeof log_path, &needed) == UMD_SUCCESS)
+        printf("log:      %s (file, INFO and worse); console: stderr (WARN and worse)\n", log_path);
+    else
+        printf("log:      console only (stderr, WARN and worse): the log file could not be opened\n");
+
     return mismatches == 0 ? 0 : 1;
 }
