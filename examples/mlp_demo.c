@@ -152,8 +152,7 @@ int main(void) {
     /* The log is asynchronous: flush it so its lines (e.g. why the simulator was chosen) come
      * before the summary on the terminal. A failed flush only means a later ordering. */
     if (umdLogFlush(1000) != UMD_SUCCESS) fprintf(stderr, "mlp_demo: log flush timed out\n");
-    printf("aigpu MLP demo: int8
- [%d x %d] -> GEMM %dx%d -> relu -> requant(x%d >> %u) -> GEMM %dx%d -> int32 [%d x %d]\n",
+    printf("aigpu MLP demo: int8 [%d x %d] -> GEMM %dx%d -> relu -> requant(x%d >> %u) -> GEMM %dx%d -> int32 [%d x %d]\n",
            BATCH, IN, IN, HID, REQ_SCALE, REQ_SHIFT, HID, OUT, BATCH, OUT);
     printf("backend:  %s (%s), UAPI %u.%u, driver %u.%u.%u, %" PRIu64 " MiB\n", info.backend, info.location,
            info.uapi_major, info.uapi_minor, info.driver_major, info.driver_minor, info.driver_patch,
