@@ -97,4 +97,3 @@ pub extern "C" fn umdGetLastErrorDetail(detail: *mut umdErrorDetail) -> umdResul
         Err(_) => umdResult::UMD_ERR_INTERNAL,
     }
 }
-
