@@ -113,6 +113,11 @@ fn every_code_is_documented() {
     let doc = include_str!("../../docs/libumd.md");
     for c in umdResult::ALL {
         let row = format!("| `{}` | {} |", c.name(), *c as i32);
-        assert!(doc.contains(&row), "docs/libumd.md has no table row for {} = {}", c.name(), *c as i32);
+        assert!(
+            doc.contains(&row),
+            "docs/libumd.md has no table row for {} = {}",
+            c.name(),
+            *c as i32
+        );
     }
 }
