@@ -21,6 +21,10 @@ cargo fmt --all -- --check
 cargo clippy -q --workspace --all-targets -- -D warnings
 
 step "workspace tests (simulator backend)"
+# libumd's log files from the test suite go here (not into the user's state directory); the
+# triage tools' tests read logs that the suite itself produced from this directory.
+export UMD_LOG_DIR="$ROOT/target/test-logs"
+rm -rf "$UMD_LOG_DIR"; mkdir -p "$UMD_LOG_DIR"
 cargo test --workspace 2>&1 | tee target/test-workspace.log | grep -E '^(test result|running|error)|FAILED|panicked' || true
 if grep -qE 'test result: FAILED|^error' target/test-workspace.log || ! grep -q 'test result: ok' target/test-workspace.log; then
   echo "workspace tests FAILED (full log: target/test-workspace.log)"; exit 1

@@ -51,9 +51,13 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
     let d = detail::record(function, &e);
     let msg = d.message_str();
     let code = e.code.name();
+    // The record's own file:line is this function; `at` is where the error was produced (the
+    // same location the detail reports).
+    let at = format_args!("{}:{}", e.file, e.line);
     match e.code {
-        umdResult::UMD_ERR_DEVICE_LOST
-        | umdResult::UMD_ERR_CTX_LOST
+        // Device loss is logged once at ERROR where it is detected (Device::mark_lost); the
+        // fast failures after it are WARN, so they neither wait for the file nor flood it.
+        umdResult::UMD_ERR_CTX_LOST
         | umdResult::UMD_ERR_INTERNAL
         | umdResult::UMD_ERR_INTERNAL_KMD_UNEXPECTED
         | umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => {
@@ -63,6 +67,7 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
                 function,
                 errno = e.os_errno,
                 reason = e.kmd_reason,
+                at = %at,
                 "{msg}"
             )
         }
@@ -72,6 +77,7 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
             function,
             errno = e.os_errno,
             reason = e.kmd_reason,
+            at = %at,
             "{msg}"
         ),
     }
