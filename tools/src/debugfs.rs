@@ -298,17 +298,25 @@ fn read_device(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> 
             }
         }
     };
+    // Only key=value lines are records: the DRM core's own `clients` file (a column table:
+    // "command tgid dev master a uid magic") has none, and is then shown as no clients.
+    let records = |t: &str| -> Vec<Kv> {
+        kv::lines(t)
+            .into_iter()
+            .filter(|k| !k.pairs.is_empty())
+            .collect()
+    };
     if let Some(t) = read("status", &mut d, notes) {
-        d.status = kv::lines(&t).into_iter().next();
+        d.status = records(&t).into_iter().next();
     }
     if let Some(t) = read("queues", &mut d, notes) {
-        d.queues = kv::lines(&t);
+        d.queues = records(&t);
     }
     if let Some(t) = read("clients", &mut d, notes) {
-        d.clients = kv::lines(&t);
+        d.clients = records(&t);
     }
     if let Some(t) = read("contexts", &mut d, notes) {
-        d.contexts = kv::lines(&t);
+        d.contexts = records(&t);
     }
     let _ = read("vm", &mut d, notes);
     d.device = d
