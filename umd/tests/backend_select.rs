@@ -90,3 +90,13 @@ fn diagnoses_map_to_codes_and_name_both_versions() {
         "permission denied opening /dev/dri/renderD128 (add the user to the 'render' group)"
     );
 }
+
+#[test]
+fn a_lost_device_is_named_as_lost_not_missing() {
+    let e = NoKernelDevice::Lost("/dev/dri/renderD128".into());
+    assert_eq!(e.code(), umd::umdResult::UMD_ERR_DEVICE_LOST);
+    assert_eq!(
+        e.describe(),
+        "/dev/dri/renderD128: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; reload the module: rmmod aigpu && modprobe aigpu)"
+    );
+}

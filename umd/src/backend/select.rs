@@ -40,6 +40,8 @@ pub enum NoKernelDevice {
     PermissionDenied(String),
     /// The kernel speaks a UAPI this libumd cannot drive.
     VersionMismatch { kernel: (u32, u32) },
+    /// The node answers, but the driver says its device is lost (ENODEV).
+    Lost(String),
     /// Any other failure (with its text).
     Other(String),
 }
@@ -66,6 +68,9 @@ impl NoKernelDevice {
                 uapi::UAPI_MAJOR,
                 uapi::MIN_KERNEL_MINOR
             ),
+            NoKernelDevice::Lost(node) => format!(
+                "{node}: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; reload the module: rmmod aigpu && modprobe aigpu)"
+            ),
             NoKernelDevice::Other(s) => s.clone(),
         }
     }
@@ -74,6 +79,7 @@ impl NoKernelDevice {
         match self {
             NoKernelDevice::PermissionDenied(_) => umdResult::UMD_ERR_INIT_PERMISSION_DENIED,
             NoKernelDevice::VersionMismatch { .. } => umdResult::UMD_ERR_INIT_VERSION_MISMATCH,
+            NoKernelDevice::Lost(_) => umdResult::UMD_ERR_DEVICE_LOST,
             _ => umdResult::UMD_ERR_INIT_BACKEND_UNAVAILABLE,
         }
     }

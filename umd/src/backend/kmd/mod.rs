@@ -37,6 +37,7 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
     let mut nodes = Vec::new();
     let mut denied = None;
     let mut mismatch = None;
+    let mut lost = None;
     for name in names {
         let path = dev.join(&name);
         match open_node(&path) {
@@ -48,6 +49,7 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
                 match KmdFile::open(&path) {
                     Ok(_) => nodes.push(path),
                     Err(e @ NoKernelDevice::VersionMismatch { .. }) => mismatch = Some(e),
+                    Err(e @ NoKernelDevice::Lost(_)) => lost = Some(e),
                     Err(NoKernelDevice::PermissionDenied(n)) => denied = Some(n),
                     Err(_) => {}
                 }
@@ -57,9 +59,9 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
         }
     }
     if nodes.is_empty() {
-        // The most specific finding wins: a node that answered with the wrong UAPI, then one we
-        // may not open, then none at all.
-        return Err(mismatch.unwrap_or(match denied {
+        // The most specific finding wins: a node whose device is lost, one that answered with
+        // the wrong UAPI, one we may not open, then none at all.
+        return Err(lost.or(mismatch).unwrap_or(match denied {
             Some(node) => NoKernelDevice::PermissionDenied(node),
             None => NoKernelDevice::NodeMissing,
         }));
@@ -130,11 +132,15 @@ impl KmdFile {
             file,
         };
         let q = f.query().map_err(|e| {
-            NoKernelDevice::Other(format!(
-                "query on {} failed: {}",
-                path.display(),
-                e.describe()
-            ))
+            if e.errno == libc::ENODEV {
+                NoKernelDevice::Lost(path.display().to_string())
+            } else {
+                NoKernelDevice::Other(format!(
+                    "query on {} failed: {}",
+                    path.display(),
+                    e.describe()
+                ))
+            }
         })?;
         if !uapi::compatible(q.uapi_major, q.uapi_minor) {
             return Err(NoKernelDevice::VersionMismatch {
