@@ -8,7 +8,13 @@
 //! - `driver.rs` — the `drm::Driver` implementation, per-device data, device creation;
 //! - `file.rs`   — per-open-file state: the GPU address space, the contexts and the set of our
 //!                 GEM objects;
-//! - `ctx.rs`    — contexts (bookkeeping only in this version) and their ioctls;
+//! - `ctx.rs`    — the context, submit and wait ioctls, command-buffer validation;
+//! - `gpu.rs`    — execution: rings, doorbells, contexts, fences, interrupt top and bottom half,
+//!                 watchdog, engine reset and innocent resubmission, device loss;
+//! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
+//!                 and its interrupt line (an hrtimer in hard-IRQ mode);
+//! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
+//! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign
 //!                 objects;
 //! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
@@ -21,14 +27,26 @@
 
 use kernel::prelude::*;
 
+mod bus;
 mod ctx;
+mod debugfs;
 mod driver;
+mod dump;
 mod file;
 mod gem;
+mod gpu;
+mod hw;
 mod ioctl;
 mod pt;
 mod query;
+mod text;
 mod vm;
+
+/// The device model of docs/hw-spec.md (`vgpu/src/model`, the simulator's executor), compiled
+/// into the module as the "silicon" `hw.rs` runs.
+#[path = "../vgpu/src/model/mod.rs"]
+#[allow(dead_code, unreachable_pub, clippy::all)]
+mod model;
 
 /// The shared user/kernel/hardware contract (`uapi/src/v1`), compiled into the module.
 #[path = "../uapi/src/v1/mod.rs"]
@@ -50,6 +68,14 @@ module! {
             default: 256,
             description: "GEM memory each virtual GPU may allocate, in MiB (1..=16384, default 256)",
         },
+        job_timeout_ms: u32 {
+            default: 2000,
+            description: "A job running longer than this (ms, 10..=600000, default 2000) is a hang: its context is banned and the engine reset",
+        },
+        hang_debug: bool {
+            default: false,
+            description: "Allow the debug HANG packet (for timeout tests; default off)",
+        },
     },
 }
 
@@ -69,11 +95,13 @@ const _: () = assert!(
 const MAX_DEVICES: u32 = 8;
 /// Largest accepted `mem_mib` (16 GiB).
 const MAX_MEM_MIB: u32 = 16384;
+/// Accepted `job_timeout_ms` range.
+const JOB_TIMEOUT_MS: core::ops::RangeInclusive<u32> = 10..=600_000;
 
 struct AigpuModule {
     /// One entry per virtual GPU; dropped in order (each entry unregisters its DRM device before
     /// destroying its faux device).
-    _gpus: KVec<driver::Gpu>,
+    _gpus: KVec<driver::VirtualGpu>,
 }
 
 impl kernel::Module for AigpuModule {
@@ -88,10 +116,24 @@ impl kernel::Module for AigpuModule {
             pr_err!("mem_mib={} out of range 1..={}\n", mem_mib, MAX_MEM_MIB);
             return Err(EINVAL);
         }
+        let job_timeout_ms = module_parameters::job_timeout_ms.value();
+        if !JOB_TIMEOUT_MS.contains(&job_timeout_ms) {
+            pr_err!(
+                "job_timeout_ms={} out of range {}..={}\n",
+                job_timeout_ms,
+                JOB_TIMEOUT_MS.start(),
+                JOB_TIMEOUT_MS.end()
+            );
+            return Err(EINVAL);
+        }
+        let cfg = gpu::Config {
+            job_timeout_ms,
+            hang_debug: module_parameters::hang_debug.value(),
+        };
         let mut gpus = KVec::with_capacity(n as usize, GFP_KERNEL)?;
         for index in 0..n {
             // On failure the GPUs created so far are torn down when `gpus` drops.
-            gpus.push(driver::Gpu::new(index, u64::from(mem_mib) << 20)?, GFP_KERNEL)?;
+            gpus.push(driver::VirtualGpu::new(index, u64::from(mem_mib) << 20, cfg)?, GFP_KERNEL)?;
         }
         Ok(Self { _gpus: gpus })
     }

@@ -1,61 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Contexts (queues of work with their own seqno timeline): per-file bookkeeping and the
-//! context ioctls.
+//! The context and execution ioctls: CTX_CREATE / CTX_DESTROY / CTX_STATE, SUBMIT and WAIT.
 //!
-//! This version has no ring or device behind the contexts yet: CTX_CREATE / CTX_DESTROY /
-//! CTX_STATE keep the per-file table (ids, priorities, limits); SUBMIT validates its arguments
-//! and the context, then fails with `EOPNOTSUPP`; WAIT validates and, since nothing was ever
-//! submitted, only seqno 0 (trivially signalled) succeeds.
+//! Argument checks and the validation of command buffers against the file's address space live
+//! here; the contexts, rings, fences and waits themselves are the device's (`gpu.rs`), shared by
+//! every file. Order of the checks, errnos and reasons are the simulator backend's
+//! (`umd/src/backend/sim/mod.rs`), so the same UMD tests pass on both.
 
-use kernel::{prelude::*, rbtree::RBTree};
+use kernel::{
+    alloc::KVVec,
+    prelude::*,
+    uaccess::{UserPtr, UserSlice},
+};
 
 use crate::{
     driver::{DrmFile, RegDevice},
     ioctl::{check_flags, check_pad, fail, Fail, IoctlResult},
-    uapi::{ioctl as u, reason},
+    uapi::{
+        ioctl::{self as u, Cmdbuf, Fence},
+        packet, reason, ring,
+    },
+    vm::Vm,
 };
-
-/// One context.
-pub(crate) struct Ctx {
-    #[allow(dead_code)]
-    priority: u32,
-    /// Last submitted seqno.
-    submitted: u64,
-    /// Last completed seqno.
-    completed: u64,
-}
-
-/// The contexts of one file.
-pub(crate) struct Contexts {
-    ctxs: RBTree<u32, Ctx>,
-    count: usize,
-    next_id: u32,
-}
-
-impl Contexts {
-    pub(crate) fn new() -> Self {
-        Self {
-            ctxs: RBTree::new(),
-            count: 0,
-            next_id: 1,
-        }
-    }
-
-    fn get(&self, id: u32) -> Result<&Ctx, Fail> {
-        self.ctxs.get(&id).ok_or(fail(EINVAL, reason::CTX_INVALID))
-    }
-
-    /// A fresh non-zero id not in use (ids wrap, skipping live ones).
-    fn alloc_id(&mut self) -> u32 {
-        loop {
-            let id = self.next_id;
-            self.next_id = self.next_id.wrapping_add(1).max(1);
-            if self.ctxs.get(&id).is_none() {
-                return id;
-            }
-        }
-    }
-}
 
 /// CTX_CREATE: a context with a priority; at most `MAX_CONTEXTS` per file.
 pub(crate) fn ctx_create(_dev: &RegDevice, req: &mut u::CtxCreate, file: &DrmFile) -> IoctlResult {
@@ -63,60 +28,135 @@ pub(crate) fn ctx_create(_dev: &RegDevice, req: &mut u::CtxCreate, file: &DrmFil
     if req.priority > u::PRIORITY_HIGH {
         return Err(fail(EINVAL, reason::PRIORITY_INVALID));
     }
-    let mut ctxs = file.inner().get_ref().ctxs.lock();
-    if ctxs.count >= u::MAX_CONTEXTS as usize {
-        return Err(fail(EBUSY, reason::CTX_LIMIT));
-    }
-    let id = ctxs.alloc_id();
-    let ctx = Ctx {
-        priority: req.priority,
-        submitted: 0,
-        completed: 0,
-    };
-    ctxs.ctxs
-        .try_create_and_insert(id, ctx, GFP_KERNEL)
-        .map_err(|e| fail(e, reason::OUT_OF_MEMORY))?;
-    ctxs.count += 1;
-    req.ctx_id = id;
+    let f = file.inner();
+    req.ctx_id = f.gpu.ctx_create(f.client, req.priority)?;
     Ok(())
 }
 
-/// CTX_DESTROY: nothing can be pending yet, so the context goes at once.
+/// CTX_DESTROY: waits for the context's pending work (bounded by the job timeout), then destroys
+/// it.
 pub(crate) fn ctx_destroy(_dev: &RegDevice, req: &mut u::CtxDestroy, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
     check_pad(req.pad)?;
-    let mut ctxs = file.inner().get_ref().ctxs.lock();
-    ctxs.get(req.ctx_id)?;
-    ctxs.ctxs.remove(&req.ctx_id);
-    ctxs.count -= 1;
-    Ok(())
+    let f = file.inner();
+    f.gpu.ctx_destroy(f.client, req.ctx_id)
 }
 
 /// CTX_STATE: reset status, fault and progress of a context.
 pub(crate) fn ctx_state(_dev: &RegDevice, req: &mut u::CtxState, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
     check_pad(req.pad)?;
-    let ctxs = file.inner().get_ref().ctxs.lock();
-    let ctx = ctxs.get(req.ctx_id)?;
-    *req = u::CtxState {
-        ctx_id: req.ctx_id,
-        flags: 0,
-        reset_status: u::RESET_NONE,
-        fault_type: 0,
-        fault_va: 0,
-        fault_access: 0,
-        hung: 0,
-        fault_offset: 0,
-        completed_seqno: ctx.completed,
-        submitted_seqno: ctx.submitted,
-        reason: 0,
-        pad: 0,
-    };
+    let f = file.inner();
+    *req = f.gpu.ctx_state(f.client, req.ctx_id)?;
     Ok(())
 }
 
-/// SUBMIT: argument checks, then `EOPNOTSUPP` (no ring in this version).
+/// WAIT: sleeps until the fence signals, the absolute deadline passes, a signal arrives
+/// (`EINTR`/restart + `INTERRUPTED`), the context is lost (`ECANCELED` + `CTX_LOST`) or the device
+/// is lost (`ENODEV` + `DEVICE_LOST`).
+pub(crate) fn wait(_dev: &RegDevice, req: &mut u::Wait, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    check_pad(req.pad)?;
+    let f = file.inner();
+    req.completed_seqno = f.gpu.wait(f.client, req.ctx_id, req.seqno, req.timeout_ns)?;
+    Ok(())
+}
+
+/// Bytes of one `Cmdbuf` / `Fence` array element.
+const ELEM: usize = 16;
+const _: () = assert!(core::mem::size_of::<Cmdbuf>() == ELEM && core::mem::size_of::<Fence>() == ELEM);
+
+/// Copies `n` 16-byte elements from user space.
+fn read_user_array(addr: u64, n: u32) -> Result<KVec<[u8; ELEM]>, Fail> {
+    let n = n as usize;
+    let mut out = KVec::with_capacity(n, GFP_KERNEL).map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let addr = usize::try_from(addr).map_err(|_| fail(EFAULT, reason::BAD_USER_POINTER))?;
+    let mut r = UserSlice::new(UserPtr::from_addr(addr), n * ELEM).reader();
+    for _ in 0..n {
+        let mut e = [0u8; ELEM];
+        r.read_slice(&mut e).map_err(|_| fail(EFAULT, reason::BAD_USER_POINTER))?;
+        out.push(e, GFP_KERNEL).map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
+    }
+    Ok(out)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        w.copy_from_slice(s);
+    }
+    u32::from_le_bytes(w)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        w.copy_from_slice(s);
+    }
+    u64::from_le_bytes(w)
+}
+
+/// Where a submit failed.
+struct Bad {
+    index: u32,
+    offset: u64,
+}
+
+/// Checks every command buffer as the simulator does: flags, alignment and size, mapped
+/// readable, every packet well formed per the decoder the device uses. Operand addresses are left
+/// to the GPU's MMU (a bad one is a page fault of this context when the work runs).
+fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> {
+    let max_words = cmdbufs.iter().map(|c| (c.size / 4) as usize).max().unwrap_or(0);
+    let mut words = KVVec::new();
+    for (i, cb) in cmdbufs.iter().enumerate() {
+        let bad = |r, off: u64| (fail(EINVAL, r), Bad { index: i as u32, offset: off });
+        if cb.flags != 0 {
+            return Err(bad(reason::FLAGS_UNKNOWN, 0));
+        }
+        if cb.size == 0 || cb.size % 4 != 0 || cb.va % 4 != 0 || cb.size > ring::MAX_CMD_SIZE {
+            return Err(bad(reason::CMDBUF_BAD, 0));
+        }
+        if words.is_empty() {
+            words
+                .resize(max_words, 0u32, GFP_KERNEL)
+                .map_err(|_| (fail(ENOMEM, reason::OUT_OF_MEMORY), Bad { index: i as u32, offset: 0 }))?;
+        }
+        let n_words = (cb.size / 4) as usize;
+        let Some(w) = words.get_mut(..n_words) else {
+            return Err(bad(reason::CMDBUF_BAD, 0));
+        };
+        if vm.read_words(cb.va, w).is_err() {
+            return Err(bad(reason::CMDBUF_NOT_MAPPED, 0));
+        }
+        let mut at = 0;
+        while at < w.len() {
+            let off = at as u64 * 4;
+            let n = packet::packet_words(w[at], w.len() - at)
+                .map_err(|_| bad(reason::PACKET_MALFORMED, off))?;
+            let Some(p) = w.get(at..at + n) else {
+                return Err(bad(reason::PACKET_MALFORMED, off));
+            };
+            match packet::decode(p, hang) {
+                Ok(_) => {}
+                Err(packet::Malformed::HangDisabled) => return Err(bad(reason::PACKET_HANG_DISABLED, off)),
+                Err(_) => return Err(bad(reason::PACKET_MALFORMED, off)),
+            }
+            at += n;
+        }
+    }
+    Ok(())
+}
+
+/// SUBMIT: many command buffers as one job on a context, after in-fences of other contexts of
+/// the file; returns the job's seqno in `out_seqno`. On failure `bad_index` / `bad_offset` name
+/// the offending command buffer (or in-fence) and packet.
 pub(crate) fn submit(_dev: &RegDevice, req: &mut u::Submit, file: &DrmFile) -> IoctlResult {
+    req.out_seqno = 0;
+    req.bad_index = 0;
+    req.bad_offset = 0;
     check_flags(req.flags, u::SUBMIT_FLAG_NO_BLOCK)?;
     if req.num_cmdbufs == 0 || req.num_cmdbufs > u::MAX_CMDBUFS {
         return Err(fail(EINVAL, reason::CMDBUF_COUNT));
@@ -124,19 +164,47 @@ pub(crate) fn submit(_dev: &RegDevice, req: &mut u::Submit, file: &DrmFile) -> I
     if req.num_in_fences > u::MAX_IN_FENCES {
         return Err(fail(EINVAL, reason::FENCE_COUNT));
     }
-    file.inner().get_ref().ctxs.lock().get(req.ctx_id)?;
-    Err(fail(EOPNOTSUPP, reason::NONE))
-}
-
-/// WAIT: only already-signalled seqnos exist (nothing can be submitted yet).
-pub(crate) fn wait(_dev: &RegDevice, req: &mut u::Wait, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
-    check_pad(req.pad)?;
-    let ctxs = file.inner().get_ref().ctxs.lock();
-    let ctx = ctxs.get(req.ctx_id)?;
-    if req.seqno > ctx.submitted {
-        return Err(fail(EINVAL, reason::FENCE_NOT_SUBMITTED));
+    let raw_cbs = read_user_array(req.cmdbufs, req.num_cmdbufs)?;
+    let raw_fences = read_user_array(req.in_fences, req.num_in_fences)?;
+    let oom = |_| fail(ENOMEM, reason::OUT_OF_MEMORY);
+    let mut cmdbufs = KVec::with_capacity(raw_cbs.len(), GFP_KERNEL).map_err(oom)?;
+    for b in raw_cbs.iter() {
+        let c = Cmdbuf {
+            va: le64(b, 0),
+            size: le32(b, 8),
+            flags: le32(b, 12),
+        };
+        cmdbufs.push(c, GFP_KERNEL).map_err(oom)?;
     }
-    req.completed_seqno = ctx.completed;
-    Ok(())
+    let mut fences = KVec::with_capacity(raw_fences.len(), GFP_KERNEL).map_err(oom)?;
+    for b in raw_fences.iter() {
+        let f = Fence {
+            ctx_id: le32(b, 0),
+            flags: le32(b, 4),
+            seqno: le64(b, 8),
+        };
+        fences.push(f, GFP_KERNEL).map_err(oom)?;
+    }
+    let f = file.inner();
+    let pt_root = {
+        let vm = f.vm.lock();
+        if let Err((e, bad)) = validate(&vm, &cmdbufs, f.gpu.cfg.hang_debug) {
+            req.bad_index = bad.index;
+            req.bad_offset = bad.offset;
+            return Err(e);
+        }
+        // Validation read the buffers through the tables, so the top-level table exists.
+        vm.root_pa().ok_or(fail(EINVAL, reason::CMDBUF_NOT_MAPPED))?
+    };
+    let mut bad_index = 0;
+    match f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, req.flags, &mut bad_index) {
+        Ok(seqno) => {
+            req.out_seqno = seqno;
+            Ok(())
+        }
+        Err(e) => {
+            req.bad_index = bad_index;
+            Err(e)
+        }
+    }
 }

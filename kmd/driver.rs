@@ -17,6 +17,7 @@ use kernel::{
 use crate::{
     file::AigpuFile,
     gem::{Gem, MemAccount},
+    gpu::{self, Gpu},
     ioctl, uapi,
 };
 
@@ -46,12 +47,16 @@ pub(crate) struct DeviceData {
     pub(crate) mem: Arc<MemAccount>,
     /// Page-table and mapping counters; page-table pages hold a reference.
     pub(crate) stats: Arc<Stats>,
+    /// The execution half: device model, rings, contexts, interrupts, recovery.
+    pub(crate) gpu: Arc<Gpu>,
 }
 
 impl Drop for DeviceData {
     fn drop(&mut self) {
         // Runs when the last reference to the DRM device goes, i.e. after every file and object
-        // is gone: anything still accounted here was leaked.
+        // is gone. Stop what runs on its own (device thread, interrupts, bottom half, watchdog)
+        // first; then anything still accounted here was leaked.
+        self.gpu.shutdown();
         let used = self.mem.used();
         let pt = self.stats.pt_pages.load(Relaxed);
         let maps = self.stats.mappings.load(Relaxed);
@@ -110,18 +115,29 @@ unsafe impl Sync for FauxOwner {}
 
 impl Drop for FauxOwner {
     fn drop(&mut self) {
-        // SAFETY: the pointer comes from `KBox::into_raw` in `Gpu::new`, and the DRM registration
+        // SAFETY: the pointer comes from `KBox::into_raw` in `VirtualGpu::new`, and the DRM registration
         // that borrowed it has been dropped before (field order in `Gpu`).
         drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
     }
 }
 
 /// One virtual GPU: its faux parent device and its DRM registration.
-pub(crate) struct Gpu {
-    // Field order is drop order: unregister (unplug) the DRM device first, then destroy the faux
-    // device it borrows.
+pub(crate) struct VirtualGpu {
+    // Field order is drop order: unregister (unplug) the DRM device first (which removes its
+    // debugfs tree and, with the last reference, releases the device data, shutting the
+    // execution half down), then free the execution half, then destroy the faux device they
+    // borrow.
     _drm: drm::Registration<'static, AigpuDriver>,
+    gpu: Arc<Gpu>,
     _faux: FauxOwner,
+}
+
+impl Drop for VirtualGpu {
+    fn drop(&mut self) {
+        // The debugfs tree goes away with the registration: crash dumps must not be added to it
+        // from now on.
+        crate::dump::detach_debugfs(&self.gpu);
+    }
 }
 
 /// DMA mask of the device: page-table entries hold 52-bit physical addresses (bits 51:12).
@@ -143,34 +159,46 @@ fn set_dma_mask(dev: &device::Device<device::Bound>) -> Result {
     }
 }
 
-impl Gpu {
+impl VirtualGpu {
     /// Creates virtual GPU number `index` with a GEM budget of `mem_total` bytes.
-    pub(crate) fn new(index: u32, mem_total: u64) -> Result<Self> {
+    pub(crate) fn new(index: u32, mem_total: u64, cfg: gpu::Config) -> Result<Self> {
         let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
         let reg = KBox::new(faux::Registration::new(&name, None)?, GFP_KERNEL)?;
         let faux_raw = KBox::into_raw(reg);
         // `into_raw` never returns null; wrap it at once so every error path frees it.
         let faux = FauxOwner(NonNull::new(faux_raw).ok_or(ENOMEM)?);
         // SAFETY: the registration lives until `faux` is dropped, which happens after the DRM
-        // registration borrowing it (field order in `Gpu`, and in the error paths below the DRM
+        // registration borrowing it (field order in `VirtualGpu`, and in the error paths below the DRM
         // objects are dropped before `faux` goes out of scope).
         let fdev: &'static faux::Device<device::Bound> = unsafe { (*faux_raw).as_ref() };
         set_dma_mask(fdev.as_ref())?;
 
+        let mem = Arc::new(MemAccount::new(mem_total), GFP_KERNEL)?;
+        let stats = Arc::new(
+            Stats {
+                pt_pages: Atomic::new(0),
+                mappings: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        // From here on the execution half runs; the device data shuts it down when it goes (also
+        // when creating the DRM device fails, which drops the data).
+        let gpu = Gpu::new(fdev.as_ref(), index, mem.clone(), cfg)?;
         let data = DeviceData {
             index,
-            mem: Arc::new(MemAccount::new(mem_total), GFP_KERNEL)?,
-            stats: Arc::new(
-                Stats {
-                    pt_pages: Atomic::new(0),
-                    mappings: Atomic::new(0),
-                },
-                GFP_KERNEL,
-            )?,
+            mem,
+            stats,
+            gpu: gpu.clone(),
         };
         let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(fdev, Ok(data))?;
-        // SAFETY: the registration is stored in `Gpu` and never forgotten.
+        // SAFETY: the registration is stored in `VirtualGpu` and never forgotten.
         let drm = unsafe { drm::Registration::new(fdev.as_ref(), unreg, (), 0)? };
+        // The device's debugfs files, in the DRM device's debugfs directory.
+        // `drm::Device` is `#[repr(C)]` with its `struct drm_device` first.
+        let raw = core::ptr::from_ref(drm.device()).cast::<bindings::drm_device>();
+        // SAFETY: `raw` is the registered DRM device; its debugfs directory lives until the
+        // registration is dropped, before `gpu` is shut down (field order of `VirtualGpu`).
+        unsafe { crate::debugfs::create((*raw).debugfs_root, &gpu) };
 
         // The one probe line: device, UAPI version, driver version, memory size.
         let dev_name = fdev.as_ref().name();
@@ -191,6 +219,7 @@ impl Gpu {
         };
         Ok(Self {
             _drm: drm,
+            gpu,
             _faux: faux,
         })
     }

@@ -105,12 +105,12 @@ impl gem::DriverObject for AigpuObject {
 
     /// A handle to `obj` was created in `file` (GEM create, flink open, PRIME self-import).
     fn open(obj: &Gem, file: &DrmFile) -> Result {
-        file.inner().note_handle_open(obj_key(obj.as_raw()))
+        file.inner().note_handle_open(obj_key(obj.as_raw()), obj.size() as u64)
     }
 
     /// A handle to `obj` in `file` was closed (GEM close or file release).
     fn close(obj: &Gem, file: &DrmFile) {
-        file.inner().note_handle_close(obj_key(obj.as_raw()));
+        file.inner().note_handle_close(obj_key(obj.as_raw()), obj.size() as u64);
     }
 }
 

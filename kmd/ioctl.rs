@@ -139,6 +139,12 @@ macro_rules! aigpu_ioctl {
             // SAFETY: `raw_file` is an open `drm_file` of this driver.
             let file = unsafe { drm::File::<AigpuFile>::from_raw(raw_file) };
             data.set_reason(reason::NONE);
+            // A file that saw the device lost fails every ioctl fast (destroying a context still
+            // works, as in the simulator, so user space can clean up).
+            if $nr != u::NR_CTX_DESTROY && file.inner().stats.lost.load(kernel::sync::atomic::Relaxed) {
+                data.set_reason(reason::DEVICE_LOST);
+                return ENODEV.to_errno();
+            }
             match $func(&*guard, data, file) {
                 Ok(()) => 0,
                 Err(f) => {
@@ -234,7 +240,10 @@ fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult 
         access: req.access,
     };
     let parent: &kernel::faux::Device<kernel::device::Bound> = dev.as_ref();
-    file.inner().vm.lock().bind(parent.as_ref(), obj, &args)
+    let f = file.inner();
+    f.vm.lock().bind(parent.as_ref(), obj, &args)?;
+    f.stats.mappings.fetch_add(1, kernel::sync::atomic::Relaxed);
+    Ok(())
 }
 
 /// VM unbind: remove exactly one existing mapping.
@@ -244,5 +253,8 @@ fn vm_unbind(_dev: &RegDevice, req: &mut u::VmUnbind, file: &DrmFile) -> IoctlRe
         return Err(fail(EINVAL, reason::SIZE_ZERO));
     }
     check_va_range(req.va, req.size)?;
-    file.inner().vm.lock().unbind(req.va, req.size)
+    let f = file.inner();
+    f.vm.lock().unbind(req.va, req.size)?;
+    f.stats.mappings.fetch_sub(1, kernel::sync::atomic::Relaxed);
+    Ok(())
 }

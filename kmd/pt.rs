@@ -15,7 +15,7 @@ use kernel::{
     sync::{atomic::Relaxed, Arc},
 };
 
-use crate::{driver::Stats, uapi::pte};
+use crate::{bus::Bus, driver::Stats, uapi::pte};
 
 /// Size of one page-table page, in bytes.
 const TABLE_BYTES: usize = pte::ENTRIES * core::mem::size_of::<u64>();
@@ -34,11 +34,19 @@ pub(crate) struct PtPage {
     live: usize,
     /// Device-wide counters (`pt_pages`).
     stats: Arc<Stats>,
+    /// The device's memory registry: the table is reachable by the device while it exists.
+    bus: Arc<Bus>,
 }
 
 impl PtPage {
-    /// Allocates a zeroed (all entries invalid) table of `level` on `dev`.
-    pub(crate) fn new(dev: &device::Device<device::Bound>, level: usize, stats: &Arc<Stats>) -> Result<Self> {
+    /// Allocates a zeroed (all entries invalid) table of `level` on `dev` and makes it reachable
+    /// by the device through `bus`.
+    pub(crate) fn new(
+        dev: &device::Device<device::Bound>,
+        level: usize,
+        stats: &Arc<Stats>,
+        bus: &Arc<Bus>,
+    ) -> Result<Self> {
         let table = Coherent::<[u64; pte::ENTRIES]>::zeroed(dev, GFP_KERNEL)?;
         let mut children = KVec::new();
         if level > 0 {
@@ -47,6 +55,11 @@ impl PtPage {
                 children.push(None, GFP_KERNEL)?;
             }
         }
+        #[allow(clippy::useless_conversion)]
+        let dma = u64::from(table.dma_address());
+        // SAFETY: the table is 4 KiB of coherent memory owned by the `PtPage` built below, whose
+        // `Drop` unregisters it before `table` is freed.
+        unsafe { bus.register_kva(dma, table.as_mut_ptr().cast::<u8>())? };
         stats.pt_pages.fetch_add(1, Relaxed);
         Ok(Self {
             table,
@@ -54,6 +67,7 @@ impl PtPage {
             children,
             live: 0,
             stats: stats.clone(),
+            bus: bus.clone(),
         })
     }
 
@@ -107,7 +121,7 @@ impl PtPage {
             return Ok(());
         }
         if self.children.get(idx).map_or(true, |c| c.is_none()) {
-            let child = KBox::new(PtPage::new(dev, self.level - 1, &self.stats)?, GFP_KERNEL)?;
+            let child = KBox::new(PtPage::new(dev, self.level - 1, &self.stats, &self.bus)?, GFP_KERNEL)?;
             let entry = pte::table(child.dma_address());
             let slot = self.children.get_mut(idx).ok_or(EINVAL)?;
             *slot = Some(child);
@@ -170,7 +184,9 @@ impl PtPage {
 
 impl Drop for PtPage {
     fn drop(&mut self) {
-        // Children are freed with `self.children`; the hardware table with `self.table`.
+        // The device can no longer reach the table once this returns; the children are freed
+        // with `self.children` (each unregistering itself), the table with `self.table`.
+        self.bus.unregister(self.dma_address());
         self.stats.pt_pages.fetch_sub(1, Relaxed);
     }
 }

@@ -9,7 +9,7 @@ use crate::{
 
 /// Capabilities reported by this driver version: what the hardware spec's `CAPS` register
 /// offers (GEMM_I8, ELTWISE, WAIT_MEM, TIMESTAMP) plus context priorities. `CAP_HANG_DEBUG` is
-/// only set when hang debugging is enabled, which this version has no switch for yet.
+/// added when the `hang_debug` module parameter is set.
 pub(crate) const CAPS: u64 = version::CAP_GEMM_I8
     | version::CAP_ELTWISE
     | version::CAP_WAIT_MEM
@@ -29,7 +29,7 @@ pub(crate) fn query(dev: &RegDevice, req: &mut u::Query, _file: &DrmFile) -> Ioc
         driver_minor: version::DRIVER_VERSION.1,
         driver_patch: version::DRIVER_VERSION.2,
         num_queues: regs::NUM_QUEUES as u32,
-        caps: CAPS,
+        caps: if dev.gpu.cfg.hang_debug { CAPS | version::CAP_HANG_DEBUG } else { CAPS },
         va_start: version::VA_START,
         va_end: version::VA_END,
         page_size: version::PAGE_SIZE as u32,

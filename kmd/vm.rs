@@ -8,13 +8,14 @@
 
 use kernel::{
     bindings, device,
-    drm::gem::IntoGEMObject,
+    drm::gem::{BaseObject, IntoGEMObject},
     prelude::*,
     rbtree::{RBTree, RBTreeNode},
     sync::{aref::ARef, atomic::Relaxed, Arc},
 };
 
 use crate::{
+    bus::Bus,
     driver::Stats,
     gem::Gem,
     ioctl::{fail, Fail},
@@ -63,9 +64,7 @@ impl Drop for PagesPin {
 /// One mapping `[va, va + size)` -> `[bo_offset, bo_offset + size)` of an object.
 struct Mapping {
     size: u64,
-    #[allow(dead_code)]
     bo_offset: u64,
-    #[allow(dead_code)]
     access: u32,
     /// The object reference and its pin.
     _pin: PagesPin,
@@ -88,16 +87,112 @@ pub(crate) struct Vm {
     /// Number of entries in `mappings`.
     count: usize,
     stats: Arc<Stats>,
+    /// The device's memory registry: every mapped page is registered while mapped.
+    bus: Arc<Bus>,
+}
+
+/// The `struct page` of page `index` of a pinned shmem object (null if out of range).
+fn object_page(obj: &Gem, index: usize) -> *mut bindings::page {
+    if index >= obj.size() / version::PAGE_SIZE as usize {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `obj` is a live shmem object whose pages are pinned by a `PagesPin` (the caller
+    // holds one), so `pages` points to an array of `size / PAGE_SIZE` page pointers.
+    unsafe {
+        let pages = (*raw_shmem(obj)).pages;
+        if pages.is_null() {
+            return core::ptr::null_mut();
+        }
+        *pages.add(index)
+    }
 }
 
 impl Vm {
-    pub(crate) fn new(stats: Arc<Stats>) -> Self {
+    pub(crate) fn new(stats: Arc<Stats>, bus: Arc<Bus>) -> Self {
         Self {
             root: None,
             mappings: RBTree::new(),
             count: 0,
             stats,
+            bus,
         }
+    }
+
+    /// Bus address of the top-level table (what `AS_PT_BASE` takes), once the first bind made it.
+    pub(crate) fn root_pa(&self) -> Option<u64> {
+        self.root.as_deref().map(PtPage::dma_address)
+    }
+
+    /// Unmaps `[va, end)` page by page, unregistering every page from the bus.
+    fn unmap_range(root: &mut PtPage, bus: &Bus, va: u64, end: u64) {
+        let mut cur = va;
+        while cur < end {
+            let leaf = root.lookup(cur);
+            root.unmap_page(cur);
+            if leaf & pte::VALID != 0 {
+                bus.unregister(pte::addr(leaf));
+            }
+            cur += version::PAGE_SIZE;
+        }
+    }
+
+    /// Reads `out.len()` u32 words at `va` through this address space, as the device would for a
+    /// command fetch (`READ` permission needed). `Err` if any page is not mapped readable.
+    pub(crate) fn read_words(&self, va: u64, out: &mut [u32]) -> Result<(), ()> {
+        let Some(root) = self.root_pa() else {
+            return Err(());
+        };
+        let mut buf = [0u8; 256];
+        let mut done = 0usize;
+        let total = out.len() * 4;
+        while done < total {
+            let cur = va.checked_add(done as u64).ok_or(())?;
+            let pa = crate::model::mmu::walk(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH)
+                .map_err(|_| ())?;
+            let in_page = (version::PAGE_SIZE - (cur % version::PAGE_SIZE)) as usize;
+            let n = in_page.min(total - done).min(buf.len());
+            crate::model::PhysMem::read(&*self.bus, pa, &mut buf[..n]).map_err(|_| ())?;
+            // `done` and `n` are multiples of 4 (va is 4-byte aligned, pages and `buf` too).
+            for (i, c) in buf[..n].chunks_exact(4).enumerate() {
+                if let Some(w) = out.get_mut(done / 4 + i) {
+                    *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// One `vm` debugfs line per mapping, then the page-table page count.
+    pub(crate) fn describe(&self, client: u64, out: &mut crate::text::Text) {
+        for (va, m) in self.mappings.iter() {
+            let access = match (m.access & uioctl::VM_ACCESS_READ != 0, m.access & uioctl::VM_ACCESS_WRITE != 0) {
+                (true, true) => "rw",
+                (true, false) => "r",
+                _ => "w",
+            };
+            crate::tprint!(
+                out,
+                "client={} va={:#x} size={} access={} bo_offset={}\n",
+                client,
+                va,
+                m.size,
+                access,
+                m.bo_offset
+            );
+        }
+        crate::tprint!(
+            out,
+            "client={} pt_pages={}\n",
+            client,
+            self.root.as_deref().map_or(0, PtPage::table_count)
+        );
+    }
+
+    /// Number of mappings.
+    #[allow(dead_code)]
+    pub(crate) fn count(&self) -> usize {
+        self.count
     }
 
     /// Whether `[va, end)` intersects an existing mapping.
@@ -158,7 +253,7 @@ impl Vm {
         )
         .map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
         if self.root.is_none() {
-            let root = PtPage::new(dev, pte::LEVELS - 1, &self.stats).map_err(oom)?;
+            let root = PtPage::new(dev, pte::LEVELS - 1, &self.stats, &self.bus).map_err(oom)?;
             self.root = Some(KBox::new(root, GFP_KERNEL).map_err(|_| oom(ENOMEM))?);
         }
         let Some(root) = self.root.as_deref_mut() else {
@@ -189,7 +284,20 @@ impl Vm {
             len -= skip;
             skip = 0;
             while len >= page && va < end {
+                let index = ((args.bo_offset + (va - args.va)) / page) as usize;
+                let pg = object_page(&obj, index);
+                if pg.is_null() {
+                    result = Err(EINVAL);
+                    break 'segments;
+                }
+                // SAFETY: `pg` is a page of `obj`, pinned by the mapping's `PagesPin` until the
+                // mapping is removed, which unregisters the page first (`unmap_range`).
+                if let Err(e) = unsafe { self.bus.register_page(pa, pg) } {
+                    result = Err(e);
+                    break 'segments;
+                }
                 if let Err(e) = root.map_page(dev, va, pa, leaf) {
+                    self.bus.unregister(pa);
                     result = Err(e);
                     break 'segments;
                 }
@@ -207,11 +315,7 @@ impl Vm {
         }
         if let Err(e) = result {
             // Roll back what was mapped.
-            let mut undo = args.va;
-            while undo < va {
-                root.unmap_page(undo);
-                undo += page;
-            }
+            Self::unmap_range(root, &self.bus, args.va, va);
             self.check_empty_tables();
             let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
             return Err(fail(e, r));
@@ -229,11 +333,7 @@ impl Vm {
             _ => return Err(fail(EINVAL, reason::VA_NOT_MAPPED)),
         }
         if let Some(root) = self.root.as_deref_mut() {
-            let mut cur = va;
-            while cur < va + size {
-                root.unmap_page(cur);
-                cur += version::PAGE_SIZE;
-            }
+            Self::unmap_range(root, &self.bus, va, va + size);
         }
         // Dropping the mapping unpins the pages and drops the object reference, after the
         // entries pointing at them are gone.
@@ -272,7 +372,13 @@ impl Vm {
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        // File close: free the page tables first, then drop the mappings (unpin, unreference).
+        // File close: take every page off the bus, free the page tables, then drop the mappings
+        // (unpin, unreference).
+        if let Some(root) = self.root.as_deref_mut() {
+            for (va, m) in self.mappings.iter() {
+                Self::unmap_range(root, &self.bus, *va, *va + m.size);
+            }
+        }
         self.root = None;
         self.mappings = RBTree::new();
         self.stats.mappings.fetch_sub(self.count as u64, Relaxed);

@@ -3,8 +3,12 @@
 # initramfs by build-initramfs.sh):
 #   bin/backend_conformance   the UAPI conformance tests (umd/tests/backend_conformance.rs), run
 #                             in the guest with UMD_BACKEND=kmd against the real module
+#   bin/pool_*                the memory-pool tests (umd/tests/pool_*.rs; they honour
+#                             UMD_BACKEND=kmd too)
 #   bin/abi_test              the C ABI test program (tests/c/abi_test.c)
 #   bin/mlp_demo              the demo
+#   bin/umd-submit-bench      the kernel-submission benchmark (bench/submit; run by init.sh when
+#                             the kernel command line says aigpu.bench=1)
 #   lib/                      libumd.so(.1) and every shared library those programs load, with
 #                             the dynamic loader, so the guest needs no distribution
 # The binaries are the same ones the host runs on the simulator: one source, two backends.
@@ -14,16 +18,30 @@ cd "$ROOT"
 OUT=out/guest/umd
 rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/lib"
 
-cargo build --release -q -p umd
+cargo build --release -q -p umd -p umd-submit-bench
+cp target/release/umd-submit-bench "$OUT/bin/"
 ln -sf libumd.so target/release/libumd.so.1
-exe=$(cargo test --release -q -p umd --test backend_conformance --no-run --message-format=json 2>/dev/null \
-      | python3 -c 'import json,sys
+tests=(backend_conformance)
+for t in umd/tests/pool_*.rs; do
+  t=$(basename "$t" .rs)
+  [ "$t" = pool_util ] || tests+=("$t")
+done
+args=()
+for t in "${tests[@]}"; do args+=(--test "$t"); done
+cargo test --release -q -p umd "${args[@]}" --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="backend_conformance":
-        print(m["executable"])')
-[ -x "$exe" ] || { echo "build-guest-umd: backend_conformance test binary not found" >&2; exit 1; }
-cp "$exe" "$OUT/bin/backend_conformance"
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["target"]["name"], m["executable"])' > "$OUT/tests.txt"
+for t in "${tests[@]}"; do
+  exe=$(awk -v t="$t" '$1==t {print $2}' "$OUT/tests.txt")
+  [ -x "$exe" ] || { echo "build-guest-umd: $t test binary not found" >&2; exit 1; }
+  cp "$exe" "$OUT/bin/$t"
+done
+rm -f "$OUT/tests.txt"
+# The guest needs no debug info (it only grows the initramfs the guest unpacks into RAM).
+strip --strip-debug "$OUT"/bin/* 2>/dev/null || true
 for prog in tests/c/abi_test.c examples/mlp_demo.c; do
   name=$(basename "$prog" .c)
   cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/$name" "$prog" \

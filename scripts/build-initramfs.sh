@@ -5,8 +5,8 @@
 #
 # Contents: busybox-static (/bin/busybox + applet links made at boot), aigpu.ko
 # (/lib/modules/aigpu.ko; default: the one scripts/build-module.sh built for that kernel), the
-# static test programs (/bin/kmd_test from tests/guest/kmd_test.c, `gcc -static -Wall -Wextra
-# -Werror` against the kernel's installed UAPI headers and include/aigpu_drm.h) and PID 1
+# static test programs (/bin/kmd_test and /bin/exec_test from tests/guest/*.c, `gcc -static -Wall
+# -Wextra -Werror` against the kernel's installed UAPI headers and include/aigpu_drm.h) and PID 1
 # (/init = tests/guest/init.sh). Extra static binaries (e.g. Rust tests built with
 # `-C target-feature=+crt-static`) can be added with GUEST_EXTRA_BINS="path ..." (to /bin).
 # If out/guest/umd/ exists (scripts/build-guest-umd.sh), its bin/, lib/ and lib64/ go to /bin,
@@ -30,6 +30,7 @@ mkdir -p "$OUT"
 [ -f "$AIGPU_ROOT/include/aigpu_drm.h" ] || { echo "build-initramfs: include/aigpu_drm.h missing" >&2; exit 1; }
 cflags=(-static -O2 -g -Wall -Wextra -Werror -I"$HDR" -I"$AIGPU_ROOT/include")
 gcc "${cflags[@]}" -o "$OUT/kmd_test" "$AIGPU_ROOT/tests/guest/kmd_test.c"
+gcc "${cflags[@]}" -o "$OUT/exec_test" "$AIGPU_ROOT/tests/guest/exec_test.c"
 
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
@@ -40,6 +41,7 @@ cp "$AIGPU_ROOT/tests/guest/init.sh" "$R/init"
 chmod +x "$R/init"
 cp "$KO" "$R/lib/modules/aigpu.ko"
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
+cp "$OUT/exec_test" "$R/bin/exec_test"
 for b in ${GUEST_EXTRA_BINS:-}; do
   cp "$b" "$R/bin/"
 done

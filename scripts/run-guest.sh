@@ -7,10 +7,12 @@
 # Kernel: <kernel-build-dir>/arch/x86/boot/bzImage; initramfs: out/guest/initramfs.cpio.gz
 # (scripts/build-initramfs.sh). The flavour (default: taken from the build dir's name) names the
 # log, out/guest/serial-<flavor>.log, and turns kmemleak on for debug kernels.
-# Env: GUEST_TIMEOUT (seconds, default 600), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2).
+# Env: GUEST_TIMEOUT (seconds, default 600), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2),
+# GUEST_MODE=bench (run the kernel-submission benchmark instead of the tests: log
+# out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat).
 #
-# PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0` and `kmd_test: N passed, 0 failed` in the log, and
-# none of: a test FAIL line, `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
+# PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0`, `kmd_test: N passed, 0 failed` and `exec_test: N
+# passed, 0 failed` in the log, and none of: a test FAIL line (kmd_test, exec_test, abi_test), `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
 # report (`possible circular locking`, `possible recursive locking`, `inconsistent lock state`,
 # `lockdep is turned off`, `suspicious RCU usage`), a kmemleak
 # report (`unreferenced object`), the driver's own `LEAK:` report, `Call Trace:`. Prints the
@@ -24,6 +26,8 @@ FLAVOR=${2:-$(basename "$KBUILD_OUT" | cut -d- -f1)}
 KERNEL=$KBUILD_OUT/arch/x86/boot/bzImage
 INITRD=$AIGPU_ROOT/out/guest/initramfs.cpio.gz
 LOG=$AIGPU_ROOT/out/guest/serial-$FLAVOR.log
+MODE=${GUEST_MODE:-test}
+[ "$MODE" = bench ] && LOG=$AIGPU_ROOT/out/guest/bench-$FLAVOR.log
 TMO=${GUEST_TIMEOUT:-600}
 [ -f "$KERNEL" ] || { echo "run-guest: no kernel at $KERNEL" >&2; exit 2; }
 [ -f "$INITRD" ] || { echo "run-guest: no initramfs at $INITRD (run scripts/build-initramfs.sh)" >&2; exit 2; }
@@ -31,6 +35,7 @@ mkdir -p "$(dirname "$LOG")"
 
 cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on"
+[ "$MODE" = bench ] && cmdline+=" aigpu.bench=1"
 
 start=$(date +%s.%N)
 timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg -cpu max -m "${GUEST_MEM:-1024}" \
@@ -42,20 +47,28 @@ echo "run-guest: $FLAVOR guest ran ${secs}s (qemu exit $qrc), serial log: $LOG"
 
 reasons=()
 [ $qrc = 124 ] || [ $qrc = 137 ] && reasons+=("timed out after ${TMO}s")
+if [ "$MODE" = bench ]; then
+  sed -n '/^umd-submit-bench:/,/GUEST: bench exit/p' "$LOG"
+  grep -q 'GUEST: BENCH DONE' "$LOG" || reasons+=("no 'GUEST: BENCH DONE'")
+  if grep -qE 'BUG:|WARNING:|Oops|Kernel panic|Call Trace:' "$LOG"; then reasons+=("kernel splat"); fi
+  [ ${#reasons[@]} -eq 0 ] && { echo "run-guest: bench done ($FLAVOR)"; exit 0; }
+  echo "run-guest: bench FAIL ($FLAVOR): ${reasons[*]}"; tail -40 "$LOG"; exit 1
+fi
 grep -q 'GUEST: DONE' "$LOG" || reasons+=("no 'GUEST: DONE' (guest did not finish)")
 grep -q 'GUEST: TEST_RC=0' "$LOG" || reasons+=("guest test status not 0")
 grep -qE 'kmd_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'kmd_test: N passed, 0 failed' line")
+grep -qE 'exec_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'exec_test: N passed, 0 failed' line")
 # Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
 # state, suspicious RCU usage); `lockdep is turned off` means an earlier report disabled it. A bare
 # `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
-BAD='kmd_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
+BAD='kmd_test: FAIL|exec_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
 if grep -qE "$BAD" "$LOG"; then
   reasons+=("kernel or test error lines in the log")
 fi
 
-grep -E 'kmd_test: [0-9]+ passed, [0-9]+ failed' "$LOG" || echo "run-guest: (no test summary line)"
+grep -E '(kmd|exec)_test: [0-9]+ passed, [0-9]+ failed' "$LOG" || echo "run-guest: (no test summary line)"
 if grep -q 'GUEST: umd backend_conformance' "$LOG"; then
-  grep -E '^test result:' "$LOG" | sed 's/^/umd backend_conformance (kmd): /'
+  grep -E '^test result:|^abi_test: [0-9]+ passed|^mlp_demo: |GUEST: umd .* exit' "$LOG" | sed 's/^/umd (kmd): /'
 fi
 if [ ${#reasons[@]} -eq 0 ]; then
   echo "run-guest: PASS ($FLAVOR)"

@@ -34,7 +34,8 @@ step "module"
 # modinfo must show the version, description, license and described parameters.
 info=$(/sbin/modinfo "$ko")
 for field in '^version: +0\.1\.0$' '^description: +.+' '^license: +GPL$' '^parm: +num_devices:.+\((u32|uint)\)$' \
-             '^parm: +mem_mib:.+\((u32|uint)\)$'; do
+             '^parm: +mem_mib:.+\((u32|uint)\)$' '^parm: +job_timeout_ms:.+\((u32|uint)\)$' \
+             '^parm: +hang_debug:.+\(bool\)$'; do
   grep -qE "$field" <<<"$info" || { echo "test-kmd: modinfo $ko lacks /$field/:" >&2; echo "$info" >&2; exit 1; }
 done
 # The UMD's conformance tests run in the guest too (UMD_BACKEND=kmd): stage them unless told not

@@ -1,18 +1,39 @@
 #!/bin/sh
 # PID 1 of the QEMU test guest (busybox): loads aigpu.ko, runs the in-guest suite, scans for
 # leaks with kmemleak when the kernel has it (the debug flavour), then powers off.
-# scripts/run-guest.sh judges the serial log: it needs `GUEST: DONE` and the `kmd_test: N passed,
-# 0 failed` line, and fails on any kernel splat.
+# scripts/run-guest.sh judges the serial log: it needs `GUEST: DONE`, the `kmd_test: N passed,
+# 0 failed` and `exec_test: N passed, 0 failed` lines, and fails on any kernel splat.
+#
+# Order: kmd_test (bring-up: query, GEM, VM, contexts, argument checks, foreign handles, module
+# unload/reload cycles) with the plain parameters; exec_test (execution: submit, waits, faults,
+# hangs, injections, killed processes, device lost), which reloads the module with its own
+# parameters and leaves it loaded with the UMD parameters; then the UMD's suite on the kernel
+# backend (backend conformance, the C ABI test, the pool tests, the MLP demo) when staged.
 /bin/busybox mkdir -p /proc /sys /dev /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
 /bin/busybox mount -t devtmpfs devtmpfs /dev
 /bin/busybox mount -t debugfs debugfs /sys/kernel/debug
+/bin/busybox mount -t tmpfs tmpfs /tmp
 /bin/busybox --install -s /bin
 export PATH=/bin
 echo "GUEST: kernel $(uname -r), uptime $(cut -d' ' -f1 /proc/uptime)s"
 
 PARAMS="num_devices=2 mem_mib=64"
+# The UMD suite: the HANG tests of abi_test need hang debugging and a short job timeout.
+UMD_PARAMS="num_devices=2 mem_mib=128 hang_debug=1 job_timeout_ms=300"
+
+# Benchmark mode (scripts/run-guest.sh with GUEST_MODE=bench): the kernel-submission benchmark
+# instead of the tests (docs/benchmarks.md, Kernel submission).
+if grep -q 'aigpu.bench=1' /proc/cmdline; then
+  insmod /lib/modules/aigpu.ko $UMD_PARAMS && echo "GUEST: insmod aigpu.ko $UMD_PARAMS ok"
+  (cd /tmp && UMD_BACKEND=kmd /bin/umd-submit-bench --mlp-demo /bin/mlp_demo)
+  echo "GUEST: bench exit $?"
+  rmmod aigpu
+  echo "GUEST: BENCH DONE"
+  poweroff -f
+fi
+
 rc=1
 if insmod /lib/modules/aigpu.ko $PARAMS; then
   echo "GUEST: insmod aigpu.ko $PARAMS ok"
@@ -20,13 +41,40 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
   /bin/kmd_test --module /lib/modules/aigpu.ko --params "$PARAMS" --mem-mib 64 --devices 2
   rc=$?
   echo "GUEST: kmd_test exit $rc"
-  # The UMD's backend conformance tests (the same source the host runs on the simulator), when
-  # staged: only the areas this module implements (no ring yet: no submit_ / wait_ cases).
+  /bin/exec_test --module /lib/modules/aigpu.ko --params "$UMD_PARAMS"
+  erc=$?
+  echo "GUEST: exec_test exit $erc"
+  [ $erc = 0 ] || rc=1
+  # The UMD's tests (the same sources the host runs on the simulator), when staged.
   if [ -x /bin/backend_conformance ]; then
-    UMD_BACKEND=kmd /bin/backend_conformance --test-threads=1 query_ gem_ vm_ ctx_
+    export UMD_BACKEND=kmd
+    # The property tests run their full case count on the host; a sample is enough here (each
+    # case is a kernel round trip under emulation).
+    export PROPTEST_CASES=16
+    /bin/backend_conformance --test-threads=1
     urc=$?
     echo "GUEST: umd backend_conformance exit $urc"
     [ $urc = 0 ] || rc=1
+    for t in /bin/pool_*; do
+      [ -x "$t" ] || continue
+      "$t" --test-threads=1
+      prc=$?
+      echo "GUEST: umd $(basename "$t") exit $prc"
+      [ $prc = 0 ] || rc=1
+    done
+    if [ -x /bin/abi_test ]; then
+      (cd /tmp && /bin/abi_test)
+      arc=$?
+      echo "GUEST: umd abi_test exit $arc"
+      [ $arc = 0 ] || rc=1
+    fi
+    if [ -x /bin/mlp_demo ]; then
+      (cd /tmp && /bin/mlp_demo)
+      mrc=$?
+      echo "GUEST: umd mlp_demo exit $mrc"
+      [ $mrc = 0 ] || rc=1
+    fi
+    unset UMD_BACKEND
   fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
 else

@@ -110,9 +110,8 @@ impl Context {
 
     /// Destroys the KMD context (after its pending work, bounded by the job timeout).
     pub fn destroy(&self) -> UmdResult<()> {
-        if self.device.is_lost() {
-            return Ok(()); // nothing to tell the kernel: the file's teardown frees it
-        }
+        // Also on a lost device (both backends accept CTX_DESTROY then): the file's teardown
+        // cannot be relied on, CPU mappings of the pool keep a kernel file open.
         self.device.backend.ctx_destroy(self.kmd_id).map_err(|e| {
             self.device
                 .fail(Op::Context, e, "context destroy")

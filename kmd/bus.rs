@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The memory bus between the device model and system RAM: bus (DMA) address -> CPU page, for
+//! exactly the pages this driver handed to the device.
+//!
+//! The device model reads and writes "physical" memory through [`BusMem`] (its `PhysMem`). A real
+//! GPU would reach any address its page tables name; the model runs on the CPU, so an address
+//! must be turned into a kernel pointer first, and a corrupted entry must never make it touch
+//! arbitrary kernel memory. Hence a registry: every page the driver gives the device is entered
+//! here with its bus address (page-table pages, rings and the fence page: DMA-coherent memory
+//! with a kernel virtual address; the pages of a GEM object while a VM mapping pins them: a
+//! `struct page` mapped with `kmap_local_page` for the access). Anything else is a bus error,
+//! which the device reports as an uncorrectable memory error of the job that made the access.
+//!
+//! Lifetime: an entry is removed before its memory is freed or unpinned, and every access holds
+//! the registry lock for the copy, so an access either completes before the removal or fails.
+//! Entries are reference counted (the same page may be mapped at several VAs, or in several
+//! files through PRIME).
+
+use kernel::{
+    bindings, new_spinlock,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::{Arc, SpinLock},
+};
+
+use crate::model::{BusError, PhysMem};
+
+/// Bytes in a bus page.
+const PAGE: u64 = 4096;
+
+/// How the CPU reaches a registered page.
+#[derive(Clone, Copy)]
+enum Target {
+    /// A `struct page` (GEM object pages; mapped with `kmap_local_page` for each access).
+    Page(*mut bindings::page),
+    /// A kernel virtual address of the page's first byte (DMA-coherent memory).
+    Kva(*mut u8),
+}
+
+struct Entry {
+    target: Target,
+    refs: u32,
+}
+
+// SAFETY: the pointers name pages that stay allocated while the entry exists (registration
+// contract of `Bus::register_*`); they are only dereferenced under the registry lock.
+unsafe impl Send for Entry {}
+
+/// The registry (one per device).
+#[pin_data]
+pub(crate) struct Bus {
+    #[pin]
+    map: SpinLock<RBTree<u64, Entry>>,
+}
+
+impl Bus {
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                map <- new_spinlock!(RBTree::new(), "aigpu_bus"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn register(&self, bus: u64, target: Target) -> Result {
+        if bus % PAGE != 0 {
+            return Err(EINVAL);
+        }
+        let key = bus / PAGE;
+        // Allocate outside the spinlock; unused if the page is already registered.
+        let res = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let mut map = self.map.lock();
+        if let Some(e) = map.get_mut(&key) {
+            e.refs = e.refs.checked_add(1).ok_or(EOVERFLOW)?;
+            return Ok(());
+        }
+        map.insert(res.into_node(key, Entry { target, refs: 1 }));
+        Ok(())
+    }
+
+    /// Registers the 4 KiB page at bus address `bus` (page aligned), reachable by the CPU at
+    /// `kva`.
+    ///
+    /// # Safety
+    ///
+    /// `kva` points to 4096 bytes of kernel memory that stay allocated until the matching
+    /// [`Bus::unregister`] returns.
+    pub(crate) unsafe fn register_kva(&self, bus: u64, kva: *mut u8) -> Result {
+        self.register(bus, Target::Kva(kva))
+    }
+
+    /// Registers `page` at bus address `bus` (page aligned).
+    ///
+    /// # Safety
+    ///
+    /// `page` is a valid `struct page` that stays allocated (pinned) until the matching
+    /// [`Bus::unregister`] returns.
+    pub(crate) unsafe fn register_page(&self, bus: u64, page: *mut bindings::page) -> Result {
+        self.register(bus, Target::Page(page))
+    }
+
+    /// Drops one registration of the page at `bus`; the device can no longer reach it once the
+    /// last one is gone.
+    pub(crate) fn unregister(&self, bus: u64) {
+        let key = bus / PAGE;
+        let mut map = self.map.lock();
+        let remove = match map.get_mut(&key) {
+            Some(e) => {
+                e.refs -= 1;
+                e.refs == 0
+            }
+            None => false,
+        };
+        if remove {
+            drop(map.remove_node(&key));
+        }
+    }
+
+    /// Runs `f` on a kernel pointer to `[pa, pa + len)`, which must lie in one registered page.
+    fn access(&self, pa: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), BusError> {
+        let off = (pa % PAGE) as usize;
+        if off + len > PAGE as usize {
+            return Err(BusError);
+        }
+        let map = self.map.lock();
+        let e = map.get(&(pa / PAGE)).ok_or(BusError)?;
+        match e.target {
+            Target::Kva(base) => {
+                // SAFETY: `base` points to a registered, live 4 KiB page (registration contract)
+                // and `off + len <= 4096`.
+                f(unsafe { base.add(off) })
+            }
+            Target::Page(page) => {
+                // SAFETY: `page` is a registered, pinned page; `kmap_local_page` may be called in
+                // atomic context and is undone below, before the lock is dropped.
+                let base = unsafe { bindings::kmap_local_page(page) }.cast::<u8>();
+                // SAFETY: `base` maps the whole page and `off + len <= 4096`.
+                f(unsafe { base.add(off) });
+                // SAFETY: pairs with the `kmap_local_page` above (the only local mapping made
+                // here, so unmapping is in reverse order).
+                unsafe { bindings::kunmap_local(base.cast()) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a little-endian u64 at `pa` (for the driver's own use: fences, page walks).
+    pub(crate) fn read_u64(&self, pa: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.read(pa, &mut b).ok()?;
+        Some(u64::from_le_bytes(b))
+    }
+}
+
+impl PhysMem for Bus {
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), BusError> {
+        self.access(pa, buf.len(), |p| {
+            // SAFETY: `p` is valid for `buf.len()` bytes (checked by `access`); `buf` is a
+            // distinct kernel buffer. User space may write the same page concurrently through a
+            // CPU mapping, as it may while real hardware reads it; the bytes are plain data.
+            unsafe { core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+        })
+    }
+
+    fn write(&self, pa: u64, data: &[u8]) -> Result<(), BusError> {
+        self.access(pa, data.len(), |p| {
+            // SAFETY: as in `read`, in the other direction.
+            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        })
+    }
+}
+
+/// The device model's memory interface: a shared reference to the registry.
+#[derive(Clone)]
+pub(crate) struct BusMem(pub(crate) Arc<Bus>);
+
+impl PhysMem for BusMem {
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), BusError> {
+        self.0.read(pa, buf)
+    }
+    fn write(&self, pa: u64, data: &[u8]) -> Result<(), BusError> {
+        self.0.write(pa, data)
+    }
+}

@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The device's debugfs files (docs/debugfs.md), in the DRM device's debugfs directory
+//! (`/sys/kernel/debug/dri/<unique>`, reachable as `dri/<minor>` for both the primary and the
+//! render minor): `status`, `queues`, `clients`, `contexts`, `vm`, `crashdumps/` and the root-only
+//! fault injection files.
+//!
+//! The DRM core creates a `clients` table of its own there (command, tgid, uid, magic); aigpu
+//! replaces it with its per-client usage lines (the fdinfo equivalent: the kernel's fdinfo hook is
+//! not reachable from Rust in 7.3).
+//!
+//! Text files are rendered when opened (so one `read` sequence sees one consistent snapshot) and
+//! freed at release. The `file_operations` name this module as owner, so the module cannot be
+//! unloaded while one of these files is open; the files themselves go away with the DRM device's
+//! debugfs directory at unregistration, which waits for operations in flight.
+
+use core::ffi::{c_int, c_void};
+
+use kernel::ffi::c_char;
+
+use kernel::{
+    bindings,
+    prelude::*,
+    sync::Arc,
+    uaccess::{UserPtr, UserSlice},
+};
+
+use crate::{
+    dump,
+    gpu::{queue_priority, Gpu},
+    text::Text,
+    tprint,
+    uapi::{regs, version},
+};
+
+unsafe extern "C" {
+    /// This module's `struct module` (the `owner` of its file operations); only its address is
+    /// used.
+    static __this_module: u8;
+}
+
+/// `file_operations` in a static (they hold raw pointers, which are not `Sync` by themselves).
+#[repr(transparent)]
+pub(crate) struct Fops(bindings::file_operations);
+
+// SAFETY: the table is immutable and only read by the VFS.
+unsafe impl Sync for Fops {}
+
+const fn fops(
+    open: unsafe extern "C" fn(*mut bindings::inode, *mut bindings::file) -> c_int,
+    read: Option<unsafe extern "C" fn(*mut bindings::file, *mut c_char, usize, *mut bindings::loff_t) -> isize>,
+    write: Option<unsafe extern "C" fn(*mut bindings::file, *const c_char, usize, *mut bindings::loff_t) -> isize>,
+    release: Option<unsafe extern "C" fn(*mut bindings::inode, *mut bindings::file) -> c_int>,
+) -> Fops {
+    // SAFETY: an all-zero `file_operations` is valid (null owner, every hook absent).
+    let mut f: bindings::file_operations = unsafe { core::mem::zeroed() };
+    f.owner = core::ptr::addr_of!(__this_module).cast::<bindings::module>().cast_mut();
+    f.open = Some(open);
+    f.read = read;
+    f.write = write;
+    f.release = release;
+    f.llseek = Some(bindings::default_llseek);
+    Fops(f)
+}
+
+/// What a text file shows.
+#[derive(Clone, Copy)]
+enum Kind {
+    Status,
+    Queues,
+    Clients,
+    Contexts,
+    Vm,
+    CrashList,
+}
+
+const K_STATUS: u8 = 0;
+const K_QUEUES: u8 = 1;
+const K_CLIENTS: u8 = 2;
+const K_CONTEXTS: u8 = 3;
+const K_VM: u8 = 4;
+const K_CRASHLIST: u8 = 5;
+
+fn kind_of(k: u8) -> Kind {
+    match k {
+        K_STATUS => Kind::Status,
+        K_QUEUES => Kind::Queues,
+        K_CLIENTS => Kind::Clients,
+        K_CONTEXTS => Kind::Contexts,
+        K_VM => Kind::Vm,
+        _ => Kind::CrashList,
+    }
+}
+
+/// `open` of a text file: renders it into a buffer owned by the open file.
+unsafe extern "C" fn text_open<const K: u8>(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // SAFETY: the inode's private data is the device's `Gpu` (set at creation); the files are
+    // removed with the DRM device's debugfs tree before the `Gpu` can go away, and debugfs makes
+    // that removal wait for this call.
+    let gpu = unsafe { &*(*inode).i_private.cast::<Gpu>() };
+    let mut t = Text::new();
+    render(gpu, kind_of(K), &mut t);
+    let Ok(b) = KBox::new(t.into_bytes(), GFP_KERNEL) else {
+        return ENOMEM.to_errno();
+    };
+    // SAFETY: `file` is the file being opened; the buffer is freed in `text_release`.
+    unsafe { (*file).private_data = KBox::into_raw(b).cast::<c_void>() };
+    0
+}
+
+unsafe extern "C" fn text_read(
+    file: *mut bindings::file,
+    buf: *mut c_char,
+    count: usize,
+    pos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `private_data` is the buffer `text_open` stored.
+    let v = unsafe { &*(*file).private_data.cast::<KVec<u8>>() };
+    // SAFETY: copies at most `count` bytes of the buffer to the user buffer.
+    unsafe { bindings::simple_read_from_buffer(buf.cast(), count, pos, v.as_ptr().cast(), v.len()) }
+}
+
+unsafe extern "C" fn text_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // SAFETY: `private_data` is the buffer `text_open` stored, freed exactly once here.
+    drop(unsafe { KBox::from_raw((*file).private_data.cast::<KVec<u8>>()) });
+    0
+}
+
+/// What an injection file does.
+const I_MEM_ERROR: u8 = 0;
+const I_RESET_FAILURE: u8 = 1;
+const I_FALL_OFF_BUS: u8 = 2;
+const I_HANG: u8 = 3;
+const I_PAGE_FAULT: u8 = 4;
+
+unsafe extern "C" fn inject_open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
+    // SAFETY: as in `text_open`; the pointer is only used during `write` calls, which debugfs
+    // also protects against removal.
+    unsafe { (*file).private_data = (*inode).i_private };
+    0
+}
+
+/// `write` of an injection file: `1` (or `y`) arms it.
+unsafe extern "C" fn inject_write<const K: u8>(
+    file: *mut bindings::file,
+    buf: *const c_char,
+    count: usize,
+    _pos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `private_data` is the device's `Gpu` (see `inject_open`).
+    let gpu = unsafe { &*(*file).private_data.cast::<Gpu>() };
+    let mut b = [0u8; 1];
+    if count == 0 {
+        return 0;
+    }
+    let mut r = UserSlice::new(UserPtr::from_addr(buf as usize), 1).reader();
+    if r.read_slice(&mut b).is_err() {
+        return EFAULT.to_errno() as isize;
+    }
+    if !matches!(b[0], b'1' | b'y' | b'Y') {
+        return EINVAL.to_errno() as isize;
+    }
+    match K {
+        I_MEM_ERROR => gpu.inject_mem_error(),
+        I_RESET_FAILURE => gpu.inject_reset_failure(),
+        I_FALL_OFF_BUS => gpu.inject_fall_off_bus(),
+        I_HANG => gpu.inject_job(true),
+        _ => gpu.inject_job(false),
+    }
+    count as isize
+}
+
+static STATUS_FOPS: Fops = fops(text_open::<K_STATUS>, Some(text_read), None, Some(text_release));
+static QUEUES_FOPS: Fops = fops(text_open::<K_QUEUES>, Some(text_read), None, Some(text_release));
+static CLIENTS_FOPS: Fops = fops(text_open::<K_CLIENTS>, Some(text_read), None, Some(text_release));
+static CONTEXTS_FOPS: Fops = fops(text_open::<K_CONTEXTS>, Some(text_read), None, Some(text_release));
+static VM_FOPS: Fops = fops(text_open::<K_VM>, Some(text_read), None, Some(text_release));
+static LIST_FOPS: Fops = fops(text_open::<K_CRASHLIST>, Some(text_read), None, Some(text_release));
+static CRASH_FOPS: Fops = fops(dump::crash_open, Some(dump::crash_read), None, Some(dump::crash_release));
+static INJ_MEM_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_MEM_ERROR>), None);
+static INJ_RESET_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_RESET_FAILURE>), None);
+static INJ_BUS_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_FALL_OFF_BUS>), None);
+static INJ_HANG_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_HANG>), None);
+static INJ_FAULT_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_PAGE_FAULT>), None);
+
+/// The operations of a `crash-<n>` file.
+pub(crate) fn crash_fops() -> *const bindings::file_operations {
+    &CRASH_FOPS.0
+}
+
+/// Whether a debugfs return value is an error pointer (or null).
+pub(crate) fn is_err(d: *mut bindings::dentry) -> bool {
+    d.is_null() || (d as isize) < 0 && (d as isize) >= -4095
+}
+
+/// Creates the device's files in the DRM device's debugfs directory `root`.
+///
+/// # Safety
+///
+/// `root` is the DRM device's live debugfs directory, and `gpu` outlives it (the directory is
+/// removed when the DRM device is unregistered, before the `Gpu` is shut down).
+pub(crate) unsafe fn create(root: *mut bindings::dentry, gpu: &Arc<Gpu>) {
+    if is_err(root) {
+        return;
+    }
+    let data = Arc::as_ptr(gpu).cast_mut().cast::<c_void>();
+    // The DRM core's own `clients` table gives way to ours (same role, docs/debugfs.md format).
+    // SAFETY: `root` is a live debugfs directory.
+    unsafe { bindings::debugfs_lookup_and_remove(c"clients".as_char_ptr(), root) };
+    let files: [(&CStr, u16, &Fops); 10] = [
+        (c"status", 0o400, &STATUS_FOPS),
+        (c"queues", 0o400, &QUEUES_FOPS),
+        (c"clients", 0o400, &CLIENTS_FOPS),
+        (c"contexts", 0o400, &CONTEXTS_FOPS),
+        (c"vm", 0o400, &VM_FOPS),
+        (c"inject_mem_error", 0o200, &INJ_MEM_FOPS),
+        (c"inject_reset_failure", 0o200, &INJ_RESET_FOPS),
+        (c"inject_fall_off_bus", 0o200, &INJ_BUS_FOPS),
+        (c"inject_hang", 0o200, &INJ_HANG_FOPS),
+        (c"inject_page_fault", 0o200, &INJ_FAULT_FOPS),
+    ];
+    for (name, mode, f) in files {
+        // SAFETY: `root` is live; `data` outlives the file (function contract); the fops are
+        // static.
+        unsafe { bindings::debugfs_create_file_full(name.as_char_ptr(), mode, root, data, core::ptr::null(), &f.0) };
+    }
+    // SAFETY: as above.
+    let dir = unsafe { bindings::debugfs_create_dir(c"crashdumps".as_char_ptr(), root) };
+    if is_err(dir) {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { bindings::debugfs_create_file_full(c"list".as_char_ptr(), 0o400, dir, data, core::ptr::null(), &LIST_FOPS.0) };
+    gpu.dumps.lock().dir = dir;
+}
+
+fn render(gpu: &Gpu, k: Kind, out: &mut Text) {
+    match k {
+        Kind::Status => status(gpu, out),
+        Kind::Queues => queues(gpu, out),
+        Kind::Clients => clients(gpu, out),
+        Kind::Contexts => contexts(gpu, out),
+        Kind::Vm => vm(gpu, out),
+        Kind::CrashList => dump::render_list(gpu, out),
+    }
+}
+
+fn status(gpu: &Gpu, out: &mut Text) {
+    let dumps = gpu.dumps.lock().total;
+    let st = gpu.sched.lock();
+    let c = st.counters;
+    let contexts = st.contexts.values().filter(|c| !c.zombie).count();
+    tprint!(
+        out,
+        "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} steps={}\n",
+        gpu.name.to_str().unwrap_or("aigpu"),
+        if st.lost { "lost" } else { "ok" },
+        version::UAPI_MAJOR,
+        version::UAPI_MINOR,
+        version::DRIVER_VERSION.0,
+        version::DRIVER_VERSION.1,
+        version::DRIVER_VERSION.2,
+        gpu.mem.total(),
+        gpu.mem.used(),
+        st.clients.iter().count(),
+        contexts,
+        c.jobs,
+        c.faults,
+        c.hangs,
+        c.resets,
+        gpu.cfg.job_timeout_ms,
+        u32::from(gpu.cfg.hang_debug),
+        dumps,
+        c.irqs,
+        gpu.hw.steps.load(kernel::sync::atomic::Relaxed)
+    );
+}
+
+fn queues(gpu: &Gpu, out: &mut Text) {
+    let st = gpu.sched.lock();
+    for (qi, q) in st.queues.iter().enumerate() {
+        let b = regs::queue_base(qi);
+        let state = gpu.hw.read32(b + regs::Q_STATE);
+        let head = gpu.hw.read32(b + regs::Q_HEAD);
+        let cur = gpu.hw.read64(b + regs::Q_CUR_JOB);
+        tprint!(
+            out,
+            "queue={} prio={} state={} head={} tail={} inflight={} jobs={} busy_pct={} cur_job={}\n",
+            qi,
+            dump::prio_name(queue_priority(qi)),
+            regs::qstate_name(state),
+            head,
+            q.tail,
+            q.jobs.len(),
+            q.done,
+            q.busy_pct(crate::hw::mono_ns()),
+            cur
+        );
+    }
+}
+
+fn clients(gpu: &Gpu, out: &mut Text) {
+    let st = gpu.sched.lock();
+    for (id, c) in st.clients.iter() {
+        let contexts = st.contexts.values().filter(|x| x.client == *id && !x.zombie).count();
+        tprint!(
+            out,
+            "client={} pid={} comm={} mem={} objects={} mappings={} contexts={} jobs={} busy_ns={}\n",
+            id,
+            c.pid,
+            c.comm,
+            c.stats.mem.load(kernel::sync::atomic::Relaxed),
+            c.stats.objects.load(kernel::sync::atomic::Relaxed),
+            c.stats.mappings.load(kernel::sync::atomic::Relaxed),
+            contexts,
+            c.jobs,
+            c.busy_ns
+        );
+    }
+}
+
+fn contexts(gpu: &Gpu, out: &mut Text) {
+    let st = gpu.sched.lock();
+    for (id, c) in st.contexts.iter() {
+        let (pid, comm) = Gpu::owner(&st, *id);
+        tprint!(
+            out,
+            "ctx={} client={} pid={} comm={} queue={} prio={} submitted={} completed={} reset={} hung={}",
+            id,
+            c.client,
+            pid,
+            comm,
+            c.queue,
+            dump::prio_name(c.priority),
+            c.submitted,
+            c.completed,
+            dump::reset_name(c.reset_status),
+            u32::from(c.hung)
+        );
+        if let Some(f) = c.fault {
+            tprint!(
+                out,
+                " fault={} access={} va={:#x} offset={}",
+                regs::fault_kind_name(f.kind),
+                regs::access_name(f.access),
+                f.va,
+                f.offset
+            );
+        }
+        if c.zombie {
+            tprint!(out, " destroyed=1");
+        }
+        tprint!(out, "\n");
+    }
+}
+
+fn vm(gpu: &Gpu, out: &mut Text) {
+    // Collect the address spaces under the scheduler lock, print them outside it.
+    let mut vms = KVec::new();
+    {
+        let st = gpu.sched.lock();
+        for (id, c) in st.clients.iter() {
+            if vms.push((*id, c.vm.clone()), GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+    }
+    for (id, vm) in vms.iter() {
+        vm.lock().describe(*id, out);
+    }
+}

@@ -1,0 +1,539 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Crash dumps: on every fault or hang, a text snapshot of the event (docs/debugfs.md), kept in
+//! memory (the last 8) and published as `crashdumps/crash-<n>` in the device's debugfs
+//! directory.
+//!
+//! Why debugfs and not devcoredump: Rust for Linux 7.3 has no devcoredump binding, and a C shim
+//! would be the module's only C file (its own build rules, its own review). debugfs gives the same
+//! thing a reader needs (a file per event, root only, readable at any time after the event), keeps
+//! the last few instead of devcoredump's one-at-a-time with a 5-minute expiry, and `umd-smi`
+//! already reads the device's debugfs directory. See docs/kmd.md.
+//!
+//! A dump is built while the device still shows the event (before the engine reset clears the
+//! fault registers): the registers, the ring, the job's packets read back through the job's own
+//! page tables, and the page-table walk of the faulting address.
+
+use core::ffi::c_void;
+
+use kernel::{
+    bindings,
+    prelude::*,
+    str::CString,
+    sync::{Arc, ArcBorrow},
+};
+
+use crate::{
+    gpu::{queue_priority, FaultInfo, Gpu, Sched, KERNEL_SLOT, RING_ENTRIES},
+    hw::mono_ns,
+    model::{mmu, PhysMem},
+    text::Text,
+    tprint,
+    uapi::{packet, pte, regs, ring, version},
+};
+
+/// Dumps kept (older ones are dropped; `status` counts them all).
+const MAX_DUMPS: usize = 8;
+/// Most words of a command buffer read back into a dump.
+const MAX_WORDS: usize = 4096;
+/// Most packets listed per dump.
+const MAX_PACKETS: usize = 128;
+
+/// One crash dump.
+pub(crate) struct Dump {
+    pub(crate) seq: u64,
+    pub(crate) kind: &'static str,
+    pub(crate) ctx: u32,
+    /// `time_wall` as text (for `crashdumps/list`).
+    pub(crate) time: KVec<u8>,
+    pub(crate) text: KVec<u8>,
+}
+
+/// The dumps of one device and their debugfs files.
+pub(crate) struct Dumps {
+    /// Oldest first, with each one's debugfs file (null if it could not be created).
+    pub(crate) list: KVec<(Arc<Dump>, *mut bindings::dentry)>,
+    /// Dumps taken since load.
+    pub(crate) total: u64,
+    /// `crashdumps/` (null before debugfs is set up and after it is torn down).
+    pub(crate) dir: *mut bindings::dentry,
+}
+
+// SAFETY: the dentry pointers are only used under the `Dumps` mutex, with the debugfs API that
+// may be called from any thread.
+unsafe impl Send for Dumps {}
+
+impl Dumps {
+    pub(crate) fn new() -> Self {
+        Self {
+            list: KVec::new(),
+            total: 0,
+            dir: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Prints the wall-clock time as `2026-11-29T02:13:07.123456Z`.
+pub(crate) fn wall_iso(out: &mut Text) {
+    let mut ts = bindings::timespec64::default();
+    let mut tm = bindings::tm::default();
+    // SAFETY: both are valid out-structs for these calls.
+    unsafe {
+        bindings::ktime_get_real_ts64(&mut ts);
+        bindings::time64_to_tm(ts.tv_sec, 0, &mut tm);
+    }
+    tprint!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        ts.tv_nsec / 1000
+    );
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release(out: &mut Text) {
+    // `struct uts_namespace` is opaque to bindgen; it starts with `struct new_utsname name`,
+    // whose fields are six `char[65]` arrays (include/uapi/linux/utsname.h): `sysname`,
+    // `nodename`, then `release`.
+    const LEN: usize = 65;
+    // SAFETY: `init_uts_ns` is the kernel's static, exported UTS namespace; its first 3 * 65
+    // bytes are `sysname`, `nodename` and `release` (NUL-terminated, not changed after boot; the
+    // structure is only reordered under CONFIG_RANDSTRUCT, which these kernels do not set).
+    let base = core::ptr::addr_of!(bindings::init_uts_ns).cast::<u8>();
+    for i in 0..LEN - 1 {
+        // SAFETY: inside `release`, as above.
+        let c = unsafe { base.add(2 * LEN + i).read() };
+        if c == 0 {
+            break;
+        }
+        out.push_bytes(&[if c.is_ascii_graphic() { c } else { b'?' }]);
+    }
+}
+
+pub(crate) fn prio_name(p: u32) -> &'static str {
+    match p {
+        crate::uapi::ioctl::PRIORITY_LOW => "low",
+        crate::uapi::ioctl::PRIORITY_HIGH => "high",
+        _ => "normal",
+    }
+}
+
+pub(crate) fn reset_name(r: u32) -> &'static str {
+    match r {
+        crate::uapi::ioctl::RESET_GUILTY => "guilty",
+        crate::uapi::ioctl::RESET_INNOCENT => "innocent",
+        _ => "none",
+    }
+}
+
+fn packet_name(p: &packet::Packet, out: &mut Text) {
+    use packet::Packet as P;
+    match *p {
+        P::Nop { words } => tprint!(out, "NOP words={}", words),
+        P::Copy { src, dst, size } => tprint!(out, "COPY src={:#x} dst={:#x} size={}", src, dst, size),
+        P::Fill { dst, size, pattern } => {
+            tprint!(out, "FILL dst={:#x} size={} pattern={:#010x}", dst, size, pattern)
+        }
+        P::Gemm { a, b, c, m, n, k, lda, ldb, ldc, accumulate } => tprint!(
+            out,
+            "GEMM_I8 a={:#x} b={:#x} c={:#x} m={} n={} k={} lda={} ldb={} ldc={} accumulate={}",
+            a,
+            b,
+            c,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            u32::from(accumulate)
+        ),
+        P::Eltwise { op, count, a, b, dst, scale, shift } => tprint!(
+            out,
+            "ELTWISE op={} count={} a={:#x} b={:#x} dst={:#x} scale={} shift={}",
+            op,
+            count,
+            a,
+            b,
+            dst,
+            scale,
+            shift
+        ),
+        P::Timestamp { dst } => tprint!(out, "TIMESTAMP dst={:#x}", dst),
+        P::Fence { dst, value, irq } => tprint!(out, "FENCE dst={:#x} value={} irq={}", dst, value, u32::from(irq)),
+        P::WaitMem { addr, value } => tprint!(out, "WAIT_MEM addr={:#x} value={}", addr, value),
+        P::Hang => tprint!(out, "HANG"),
+    }
+}
+
+/// Reads up to `out.len()` words at `va` through the address space at `root` (stops at the first
+/// page the device could not read); returns how many were read.
+fn read_words(bus: &crate::bus::Bus, root: u64, va: u64, out: &mut [u32]) -> usize {
+    let mut n = 0;
+    let mut buf = [0u8; 4];
+    while n < out.len() {
+        let Some(cur) = va.checked_add(4 * n as u64) else { break };
+        let Ok(pa) = mmu::walk(bus, root, cur, regs::ACCESS_FETCH) else { break };
+        if bus.read(pa, &mut buf).is_err() {
+            break;
+        }
+        out[n] = u32::from_le_bytes(buf);
+        n += 1;
+    }
+    n
+}
+
+/// The page-table walk of `va` from `root`, entry by entry.
+fn page_walk(bus: &crate::bus::Bus, root: u64, va: u64, out: &mut Text) {
+    tprint!(out, "pagewalk va={:#x} root={:#x}", va, root);
+    let mut table = root & pte::ADDR_MASK;
+    for level in (0..pte::LEVELS).rev() {
+        let at = table + 8 * pte::index(va, level) as u64;
+        let Some(e) = bus.read_u64(at) else {
+            tprint!(out, " l{}=? -> table not readable at level {}\n", level, level);
+            return;
+        };
+        tprint!(out, " l{}={:#x}", level, e);
+        if e & pte::VALID == 0 {
+            tprint!(out, " -> unmapped at level {}\n", level);
+            return;
+        }
+        if e & pte::RESERVED_MASK != 0 || (level > 0) != (e & pte::TABLE != 0) {
+            tprint!(out, " -> bad entry at level {}\n", level);
+            return;
+        }
+        if level == 0 {
+            let r = if e & pte::READ != 0 { "r" } else { "-" };
+            let w = if e & pte::WRITE != 0 { "w" } else { "-" };
+            tprint!(out, "|valid{}{} -> pa={:#x}\n", r, w, pte::addr(e) + (va & 0xfff));
+            return;
+        }
+        tprint!(out, "|valid");
+        table = pte::addr(e);
+    }
+    tprint!(out, "\n");
+}
+
+/// Builds the dump of an event on `queue` while the device still shows it. `job` is the job id
+/// the device reported (`FAULT_JOB` or `Q_CUR_JOB`); `fault` is set for faults.
+pub(crate) fn build(
+    gpu: &Gpu,
+    st: &Sched,
+    kind: &'static str,
+    queue: usize,
+    job: u64,
+    fault: Option<FaultInfo>,
+) -> Option<Dump> {
+    let seq = {
+        let mut d = gpu.dumps.lock();
+        d.total += 1;
+        d.total
+    };
+    let hw = &gpu.hw;
+    let qb = regs::queue_base(queue);
+    let head = hw.read32(qb + regs::Q_HEAD);
+    let cur_offset = match fault {
+        Some(f) => f.offset,
+        None => u64::from(hw.read32(qb + regs::Q_CUR_OFFSET)),
+    };
+    let the_job = st.queues.get(queue).and_then(|q| q.jobs.iter().find(|j| j.id == job));
+    let ctx_id = the_job.map_or(0, |j| j.ctx);
+    let ctx = st.contexts.get(&ctx_id);
+    let client = the_job.and_then(|j| st.clients.get(&j.client));
+
+    let mut t = Text::new();
+    tprint!(&mut t, "aigpu crash dump {}\n", seq);
+    tprint!(&mut t, "kernel=");
+    kernel_release(&mut t);
+    tprint!(
+        &mut t,
+        " driver={}.{}.{} uapi={}.{} device={}\n",
+        version::DRIVER_VERSION.0,
+        version::DRIVER_VERSION.1,
+        version::DRIVER_VERSION.2,
+        version::UAPI_MAJOR,
+        version::UAPI_MINOR,
+        gpu.name.to_str().unwrap_or("aigpu")
+    );
+    let mut time = Text::new();
+    wall_iso(&mut time);
+    tprint!(&mut t, "time_wall=");
+    t.push_bytes(time.as_bytes());
+    tprint!(&mut t, " time_mono_ns={}\n", mono_ns());
+    tprint!(&mut t, "kind={}\n", kind);
+    match (the_job, client) {
+        (Some(j), Some(c)) => tprint!(&mut t, "process pid={} comm={} client={}\n", c.pid, c.comm, j.client),
+        _ => tprint!(&mut t, "process pid=0 comm=? client=0\n"),
+    }
+    if let Some(c) = ctx {
+        tprint!(
+            &mut t,
+            "context ctx={} queue={} prio={} submitted={} completed={}\n",
+            ctx_id,
+            c.queue,
+            prio_name(c.priority),
+            c.submitted,
+            c.completed
+        );
+    } else {
+        tprint!(&mut t, "context ctx=0 queue={} prio={}\n", queue, prio_name(queue_priority(queue)));
+    }
+    if let Some(f) = fault {
+        tprint!(
+            &mut t,
+            "fault type={} access={} va={:#x} offset={} job={}\n",
+            regs::fault_kind_name(f.kind),
+            regs::access_name(f.access),
+            f.va,
+            f.offset,
+            job
+        );
+    } else {
+        tprint!(&mut t, "hang job={} offset={} timeout_ms={}\n", job, cur_offset, gpu.cfg.job_timeout_ms);
+    }
+    let tail = st.queues.get(queue).map_or(0, |q| q.tail);
+    let ring_base = gpu.rings.get(queue).map_or(0, |r| {
+        #[allow(clippy::useless_conversion)]
+        u64::from(r.dma_address())
+    });
+    tprint!(
+        &mut t,
+        "ring queue={} head={} tail={} base={:#x} size={}\n",
+        queue,
+        head,
+        tail,
+        ring_base,
+        RING_ENTRIES
+    );
+
+    // The job's executing command buffer (the descriptor at the ring head) and its packets.
+    let bus = hw.bus();
+    let mut walk_root = 0u64;
+    let mut walk_va = fault.map(|f| f.va);
+    if let Some(j) = the_job {
+        let idx = head.wrapping_sub(j.start) as usize;
+        let mut cmdbuf = 0usize;
+        let mut exec = None;
+        for (i, d) in j.descs.iter().enumerate() {
+            if d.kind == ring::DESC_EXEC {
+                if i == idx {
+                    exec = Some((cmdbuf, *d));
+                }
+                cmdbuf += 1;
+            }
+        }
+        if let Some((n, d)) = exec {
+            let root = if d.as_slot as usize == KERNEL_SLOT {
+                hw.read64(regs::as_pt_base(KERNEL_SLOT))
+            } else {
+                client.map_or(0, |c| c.pt_root)
+            };
+            walk_root = root;
+            tprint!(
+                &mut t,
+                "job id={} seqno={} cmdbuf={} va={:#x} size={}{}\n",
+                j.id,
+                j.seqno,
+                n,
+                d.cmd_va,
+                d.cmd_size,
+                if d.as_slot as usize == KERNEL_SLOT { " injected=1" } else { "" }
+            );
+            tprint!(&mut t, "packets:\n");
+            let want = ((d.cmd_size / 4) as usize).min(MAX_WORDS);
+            let mut words = KVec::new();
+            if words.resize(want, 0u32, GFP_KERNEL).is_ok() {
+                let got = read_words(bus, root, d.cmd_va, &mut words);
+                let mut at = 0usize;
+                let mut listed = 0;
+                while at < got && listed < MAX_PACKETS {
+                    let off = at * 4;
+                    let mark = if off as u64 == cur_offset {
+                        if fault.is_some() { "   <- fault" } else { "   <- executing" }
+                    } else {
+                        ""
+                    };
+                    let remaining = (d.cmd_size as usize / 4).saturating_sub(at);
+                    match packet::packet_words(words[at], remaining) {
+                        Ok(n) if at + n <= got || packet::header_opcode(words[at]) == packet::OP_NOP => {
+                            let slice = &words[at..(at + n).min(got)];
+                            let decoded = if packet::header_opcode(words[at]) == packet::OP_NOP {
+                                Ok(packet::Packet::Nop { words: n })
+                            } else {
+                                packet::decode(slice, true)
+                            };
+                            tprint!(&mut t, "  +{:04x} ", off);
+                            match decoded {
+                                Ok(p) => packet_name(&p, &mut t),
+                                Err(m) => tprint!(&mut t, "?? header={:#010x} ({})", words[at], m.describe()),
+                            }
+                            tprint!(&mut t, "{}\n", mark);
+                            at += n;
+                        }
+                        _ => {
+                            tprint!(&mut t, "  +{:04x} ?? header={:#010x}{}\n", off, words[at], mark);
+                            break;
+                        }
+                    }
+                    listed += 1;
+                }
+                if got < (d.cmd_size / 4) as usize && got < want {
+                    tprint!(&mut t, "  (command buffer not readable past +{:04x})\n", got * 4);
+                } else if at < (d.cmd_size / 4) as usize {
+                    tprint!(&mut t, "  ...\n");
+                }
+            }
+            if walk_va.is_none() {
+                walk_va = Some(d.cmd_va + cur_offset);
+            }
+        } else {
+            tprint!(&mut t, "job id={} seqno={} descriptor={} (not a command buffer)\n", j.id, j.seqno, idx);
+        }
+    }
+    if let Some(va) = walk_va {
+        let f_kind = fault.map_or(0, |f| f.kind);
+        let va_based = fault.is_none()
+            || matches!(f_kind, regs::FAULT_UNMAPPED | regs::FAULT_PERMISSION | regs::FAULT_BAD_PTE | regs::FAULT_BUS_ERROR | regs::FAULT_MALFORMED_PACKET);
+        if walk_root != 0 && va_based {
+            page_walk(bus, walk_root, va, &mut t);
+        }
+    }
+    // Registers, on one line (readers take the line after `registers:`).
+    tprint!(&mut t, "registers:\n ");
+    let named: [(&str, usize); 6] = [
+        ("IRQ_RAWSTAT", regs::IRQ_RAWSTAT),
+        ("IRQ_MASK", regs::IRQ_MASK),
+        ("STATUS", regs::STATUS),
+        ("FAULT_STATUS", regs::FAULT_STATUS),
+        ("FAULT_OFFSET", regs::FAULT_OFFSET),
+        ("DEBUG_CTRL", regs::DEBUG_CTRL),
+    ];
+    for (n, off) in named {
+        tprint!(&mut t, " {}={:#010x}", n, hw.read32(off));
+    }
+    tprint!(&mut t, " FAULT_ADDR={:#x} FAULT_JOB={}", hw.read64(regs::FAULT_ADDR), hw.read64(regs::FAULT_JOB));
+    let qregs: [(&str, usize); 5] = [
+        ("HEAD", regs::Q_HEAD),
+        ("TAIL", regs::Q_TAIL),
+        ("STATE", regs::Q_STATE),
+        ("CUR_OFFSET", regs::Q_CUR_OFFSET),
+        ("DONE_COUNT", regs::Q_DONE_COUNT),
+    ];
+    for (n, off) in qregs {
+        tprint!(&mut t, " Q{}_{}={}", queue, n, hw.read32(qb + off));
+    }
+    tprint!(&mut t, " Q{}_CUR_JOB={}\n", queue, hw.read64(qb + regs::Q_CUR_JOB));
+    tprint!(&mut t, "end\n");
+    Some(Dump {
+        seq,
+        kind,
+        ctx: ctx_id,
+        time: time.into_bytes(),
+        text: t.into_bytes(),
+    })
+}
+
+/// Keeps `d` and publishes it as `crashdumps/crash-<n>`; drops the oldest beyond the limit.
+pub(crate) fn publish(gpu: &Gpu, d: Dump) {
+    let Ok(d) = Arc::new(d, GFP_KERNEL) else { return };
+    let mut dumps = gpu.dumps.lock();
+    let mut dentry = core::ptr::null_mut();
+    if !dumps.dir.is_null() {
+        if let Ok(name) = CString::try_from_fmt(fmt!("crash-{}", d.seq)) {
+            // SAFETY: `dir` is the live `crashdumps` directory (cleared before the device's debugfs
+            // tree is removed, under this lock); the file's data is the dump, kept alive by the
+            // list until the file is removed (below, or with the tree).
+            dentry = unsafe {
+                bindings::debugfs_create_file_full(
+                    name.as_char_ptr(),
+                    0o400,
+                    dumps.dir,
+                    Arc::as_ptr(&d).cast_mut().cast(),
+                    core::ptr::null(),
+                    crate::debugfs::crash_fops(),
+                )
+            };
+            if crate::debugfs::is_err(dentry) {
+                dentry = core::ptr::null_mut();
+            }
+        }
+    }
+    if dumps.list.push((d, dentry), GFP_KERNEL).is_err() {
+        return;
+    }
+    while dumps.list.len() > MAX_DUMPS {
+        let Ok((old, dentry)) = dumps.list.remove(0) else { break };
+        if !dentry.is_null() && !dumps.dir.is_null() {
+            // SAFETY: the file was created above and not removed yet (the tree is still there:
+            // `dir` is set); removal waits for the file's in-flight operations, after which no
+            // new open can reach `old`.
+            unsafe { bindings::debugfs_remove(dentry) };
+        }
+        drop(old);
+    }
+}
+
+/// `open` of a `crash-<n>` file: takes a reference on the dump for the open file.
+///
+/// # Safety
+///
+/// Called by debugfs with the file's inode, whose private data is a dump kept alive by the list.
+pub(crate) unsafe extern "C" fn crash_open(inode: *mut bindings::inode, file: *mut bindings::file) -> core::ffi::c_int {
+    // SAFETY: debugfs calls `open` only while the file exists, and the list keeps the dump alive
+    // until the file is removed (removal waits for this call).
+    let arc: Arc<Dump> = unsafe { ArcBorrow::from_raw((*inode).i_private.cast::<Dump>()) }.into();
+    // SAFETY: `file` is the file being opened.
+    unsafe { (*file).private_data = Arc::into_raw(arc).cast_mut().cast::<c_void>() };
+    0
+}
+
+/// `read` of a `crash-<n>` file.
+///
+/// # Safety
+///
+/// `file` was opened by [`crash_open`].
+pub(crate) unsafe extern "C" fn crash_read(
+    file: *mut bindings::file,
+    buf: *mut kernel::ffi::c_char,
+    count: usize,
+    pos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `private_data` holds the dump reference taken at open.
+    let d = unsafe { &*(*file).private_data.cast::<Dump>() };
+    // SAFETY: copies at most `count` bytes of the dump text to the user buffer.
+    unsafe { bindings::simple_read_from_buffer(buf.cast(), count, pos, d.text.as_ptr().cast(), d.text.len()) }
+}
+
+/// `release` of a `crash-<n>` file: drops the open file's reference.
+///
+/// # Safety
+///
+/// `file` was opened by [`crash_open`].
+pub(crate) unsafe extern "C" fn crash_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> core::ffi::c_int {
+    // SAFETY: `private_data` holds the reference taken at open, given back exactly once here.
+    drop(unsafe { Arc::from_raw((*file).private_data.cast::<Dump>()) });
+    0
+}
+
+/// `crashdumps/list`.
+pub(crate) fn render_list(gpu: &Gpu, out: &mut Text) {
+    let d = gpu.dumps.lock();
+    for (dump, _) in d.list.iter() {
+        tprint!(out, "crash-{} time=", dump.seq);
+        out.push_bytes(&dump.time);
+        tprint!(out, " kind={} ctx={}\n", dump.kind, dump.ctx);
+    }
+}
+
+/// Forgets the debugfs files (the device's debugfs tree is about to be removed with them).
+pub(crate) fn detach_debugfs(gpu: &Gpu) {
+    let mut d = gpu.dumps.lock();
+    d.dir = core::ptr::null_mut();
+    for e in d.list.iter_mut() {
+        e.1 = core::ptr::null_mut();
+    }
+}

@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The "silicon": the device model of `docs/hw-spec.md` (`vgpu/src/model`, the same `no_std`
+//! executor the simulator runs) behind a register interface, running on its own kernel thread,
+//! with an interrupt line delivered in hard-IRQ context.
+//!
+//! Driver code reaches the device only through [`Hw::read32`] / [`Hw::write32`] (and the 64-bit
+//! forms), and gets interrupts through the handler it connects with [`Hw::request_irq`]. Nothing
+//! else of the model is visible outside this file except the test-only fault injection hooks of
+//! hw-spec section 9.
+//!
+//! Execution: a kernel thread (`aigpu<N>-hw`) calls the model's `step()` (one packet or one
+//! descriptor action) in a loop while there is work, and sleeps when the device is idle until a
+//! doorbell (any `Q_DOORBELL` write) wakes it. The model mutex is held for at most a few steps at
+//! a time and never together with a spinlock; the kernel is preemptible (PREEMPT_LAZY), so a long
+//! run of steps does not hog a CPU.
+//!
+//! Interrupts: the model only has a level (`irq_line()`). The device thread moves newly raised
+//! causes from the model into a small interrupt register file (`IRQ_RAWSTAT`, `IRQ_MASK`,
+//! `IRQ_STATUS`, `IRQ_ACK`) made of atomics, separate from the execution engine, so hard-IRQ code
+//! can read and acknowledge it without sleeping and without a `spinlock_t` (which lockdep's
+//! raw-lock-nesting check forbids in hard-IRQ context, and Rust 7.3 has no raw spinlock). When
+//! the line goes from low to high the "interrupt controller" (an hrtimer armed with zero delay,
+//! whose callback runs in hard-IRQ context) calls the connected handler: the driver's top half.
+
+use core::{ffi::c_void, ptr};
+
+use kernel::{
+    bindings, impl_has_hr_timer, new_condvar, new_mutex, new_spinlock,
+    prelude::*,
+    sync::{
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        Arc, CondVar, Mutex, SpinLock,
+    },
+    time::{
+        hrtimer::{HasHrTimer, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeHardMode},
+        Delta, Monotonic,
+    },
+};
+
+use crate::{
+    bus::{Bus, BusMem},
+    model::{Clock, Device, Step},
+    uapi::regs,
+};
+
+/// Device time: `CLOCK_MONOTONIC` in ns (the `TIMESTAMP` register and packet).
+pub(crate) struct KClock;
+
+impl Clock for KClock {
+    fn now_ns(&self) -> u64 {
+        mono_ns()
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in ns.
+pub(crate) fn mono_ns() -> u64 {
+    // SAFETY: `ktime_get` has no preconditions.
+    let t = unsafe { bindings::ktime_get() };
+    t.max(0) as u64
+}
+
+type Model = Device<BusMem, KClock>;
+
+/// An interrupt handler: called in hard-IRQ context with the `data` it was connected with.
+pub(crate) type IrqHandler = unsafe fn(data: *const c_void);
+
+/// The interrupt register file and the line: atomics only (read and written in hard-IRQ
+/// context).
+struct IrqFile {
+    raw: Atomic<u32>,
+    mask: Atomic<u32>,
+    /// The line is asserted and has been delivered (the handler has not acknowledged it all yet).
+    line: Atomic<bool>,
+    /// The device fell off the bus: reads return all ones.
+    lost: Atomic<bool>,
+    /// The connected handler (an `IrqHandler` as usize, 0 when none) and its data.
+    handler: Atomic<usize>,
+    data: Atomic<usize>,
+}
+
+impl IrqFile {
+    fn new() -> Self {
+        Self {
+            raw: Atomic::new(0),
+            mask: Atomic::new(0),
+            line: Atomic::new(false),
+            lost: Atomic::new(false),
+            handler: Atomic::new(0),
+            data: Atomic::new(0),
+        }
+    }
+
+    fn asserted(&self) -> bool {
+        !self.lost.load(Relaxed) && self.raw.load(Relaxed) & self.mask.load(Relaxed) != 0
+    }
+
+    /// Applies `f` to `raw` atomically.
+    fn update_raw(&self, f: impl Fn(u32) -> u32) {
+        let mut cur = self.raw.load(Relaxed);
+        while let Err(seen) = self.raw.cmpxchg(cur, f(cur), Full) {
+            cur = seen;
+        }
+    }
+
+    /// Whether the line just went high (and must be delivered). Called after every change that
+    /// can assert or de-assert it; exactly one caller wins an edge.
+    fn edge(&self) -> bool {
+        if self.asserted() {
+            return self.line.cmpxchg(false, true, Full).is_ok();
+        }
+        self.line.store(false, Relaxed);
+        // A cause raised between the check and the store must not be stranded.
+        self.asserted() && self.line.cmpxchg(false, true, Full).is_ok()
+    }
+}
+
+/// The device: model, interrupt register file and controller, device thread.
+#[pin_data]
+pub(crate) struct Hw {
+    /// The execution engine and every register but the interrupt ones.
+    #[pin]
+    model: Mutex<Model>,
+    /// Interrupt register file (atomics: the top half reads and acknowledges it).
+    irq: IrqFile,
+    /// The interrupt controller: delivers the line to the handler in hard-IRQ context.
+    #[pin]
+    timer: HrTimer<Hw>,
+    /// Set by doorbells (and whatever else needs the device thread to look), cleared by it.
+    #[pin]
+    kick: SpinLock<bool>,
+    #[pin]
+    kick_cv: CondVar,
+    /// The device thread (`task_struct`), 0 when not running.
+    thread: Atomic<usize>,
+    /// Steps executed (for debugfs).
+    pub(crate) steps: Atomic<u64>,
+    /// The memory the device sees.
+    bus: Arc<Bus>,
+}
+
+impl_has_hr_timer! {
+    impl HasHrTimer<Self> for Hw {
+        mode: RelativeHardMode<Monotonic>,
+        field: self.timer
+    }
+}
+
+impl HrTimerCallback for Hw {
+    type Pointer<'a> = Pin<&'a Hw>;
+
+    /// Interrupt delivery, in hard-IRQ context: call the connected handler.
+    fn run(this: Pin<&Hw>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        let f = this.irq.handler.load(Acquire);
+        let data = this.irq.data.load(Relaxed);
+        if f != 0 {
+            // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
+            let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
+            // SAFETY: the handler and its data were connected by `request_irq`, whose caller
+            // guarantees they stay valid until `free_irq`, which cancels this timer (waiting for
+            // a running callback) after disconnecting them.
+            unsafe { f(data as *const c_void) };
+        }
+        HrTimerRestart::NoRestart
+    }
+}
+
+impl Hw {
+    /// A powered-on device reading and writing memory through `bus`. Nothing runs until
+    /// [`Hw::start`].
+    pub(crate) fn new(bus: Arc<Bus>) -> impl PinInit<Self> {
+        let model = Self::power_on(&bus);
+        pin_init!(Self {
+            model <- new_mutex!(model, "aigpu_hw_model"),
+            irq: IrqFile::new(),
+            timer <- HrTimer::new(),
+            kick <- new_spinlock!(false, "aigpu_hw_kick"),
+            kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
+            thread: Atomic::new(0),
+            steps: Atomic::new(0),
+            bus,
+        })
+    }
+
+    /// A fresh model, wired to the interrupt register file: every cause the model raises reaches
+    /// `IRQ_RAWSTAT` (the driver-visible mask is the register file's; the model's own mask, which
+    /// a reset keeps, is all ones).
+    fn power_on(bus: &Arc<Bus>) -> Model {
+        let mut d = Device::new(BusMem(bus.clone()), KClock);
+        d.mmio_write32(regs::IRQ_MASK, regs::IRQ_ALL);
+        d
+    }
+
+    /// The memory the device sees.
+    pub(crate) fn bus(&self) -> &Arc<Bus> {
+        &self.bus
+    }
+
+    /// Power cycle: a fresh device (as after a remove and rescan of real hardware). Interrupt
+    /// registers are cleared (mask 0). Only for a lost device that nobody uses any more.
+    pub(crate) fn power_cycle(&self) {
+        let mut d = self.model.lock();
+        *d = Self::power_on(&self.bus);
+        self.irq.raw.store(0, Relaxed);
+        self.irq.mask.store(0, Relaxed);
+        self.irq.line.store(false, Relaxed);
+        self.irq.lost.store(false, Relaxed);
+    }
+
+    /// Connects the interrupt handler (`request_irq`).
+    ///
+    /// # Safety
+    ///
+    /// `f` may be called with `data` in hard-IRQ context until [`Hw::free_irq`] returns; `data`
+    /// must stay valid for `f` until then.
+    pub(crate) unsafe fn request_irq(&self, f: IrqHandler, data: *const c_void) {
+        self.irq.data.store(data as usize, Relaxed);
+        self.irq.handler.store(f as usize, Release);
+    }
+
+    /// Disconnects the handler and waits for a running delivery to finish.
+    pub(crate) fn free_irq(&self) {
+        self.irq.handler.store(0, Release);
+        // SAFETY: `self` is a valid, pinned `Hw` (the timer was initialised in `new`).
+        unsafe { bindings::hrtimer_cancel(<Hw as HasHrTimer<Hw>>::c_timer_ptr(self).cast_mut()) };
+    }
+
+    /// Delivers the line (arms the controller's zero-delay timer).
+    fn deliver(&self) {
+        // SAFETY: `self` is pinned inside the device structure, which outlives the timer:
+        // `free_irq` (called before the device is freed) cancels it.
+        unsafe { <Hw as HasHrTimer<Hw>>::start(self, Delta::ZERO) };
+    }
+
+    /// Moves the causes the model raised into the interrupt register file; delivers an edge.
+    fn latch(&self, d: &mut Model) {
+        let lost = d.mmio_read32(regs::ID) == regs::LOST_READ_VALUE;
+        let mut s = 0;
+        if !lost && d.irq_line() {
+            s = d.mmio_read32(regs::IRQ_STATUS);
+            d.mmio_write32(regs::IRQ_ACK, s);
+        }
+        if s != 0 {
+            self.irq.update_raw(|r| r | s);
+        }
+        self.irq.lost.store(lost, Relaxed);
+        if self.irq.edge() {
+            self.deliver();
+        }
+    }
+
+    // ---- the register interface ----
+
+    /// Reads the 32-bit register at `off`. The interrupt registers never sleep and take no lock
+    /// (usable in hard-IRQ context); every other register may sleep.
+    pub(crate) fn read32(&self, off: usize) -> u32 {
+        match off {
+            regs::IRQ_RAWSTAT | regs::IRQ_MASK | regs::IRQ_STATUS | regs::IRQ_ACK => {
+                let irq = &self.irq;
+                if irq.lost.load(Relaxed) {
+                    return regs::LOST_READ_VALUE;
+                }
+                match off {
+                    regs::IRQ_RAWSTAT => irq.raw.load(Relaxed),
+                    regs::IRQ_MASK => irq.mask.load(Relaxed),
+                    regs::IRQ_STATUS => irq.raw.load(Relaxed) & irq.mask.load(Relaxed),
+                    _ => 0,
+                }
+            }
+            _ => self.model.lock().mmio_read32(off),
+        }
+    }
+
+    /// Writes the 32-bit register at `off`. `IRQ_MASK` and `IRQ_ACK` never sleep nor lock.
+    pub(crate) fn write32(&self, off: usize, v: u32) {
+        match off {
+            regs::IRQ_MASK | regs::IRQ_ACK | regs::IRQ_RAWSTAT | regs::IRQ_STATUS => {
+                let irq = &self.irq;
+                if irq.lost.load(Relaxed) {
+                    return;
+                }
+                match off {
+                    regs::IRQ_MASK => irq.mask.store(v & regs::IRQ_ALL, Relaxed),
+                    regs::IRQ_ACK => irq.update_raw(|r| r & !v),
+                    _ => return,
+                }
+                if irq.edge() {
+                    self.deliver();
+                }
+            }
+            _ => {
+                let mut d = self.model.lock();
+                d.mmio_write32(off, v);
+                match off {
+                    // The model's own mask stays all ones: what the driver masks is masked in the
+                    // interrupt register file. A reset raises RESET_DONE at once.
+                    regs::RESET => self.latch(&mut d),
+                    _ if is_doorbell(off) => {
+                        drop(d);
+                        self.kick();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Reads a 64-bit register (low word, then high word).
+    pub(crate) fn read64(&self, off: usize) -> u64 {
+        let mut d = self.model.lock();
+        d.mmio_read64(off)
+    }
+
+    /// Writes a 64-bit register (low word, then high word, which latches it).
+    pub(crate) fn write64(&self, off: usize, v: u64) {
+        self.model.lock().mmio_write64(off, v);
+    }
+
+    /// Reads several registers in one go, consistently (for crash dumps and debugfs).
+    #[allow(dead_code)]
+    pub(crate) fn snapshot<const N: usize>(&self, offs: &[usize; N]) -> [u32; N] {
+        let mut out = [0u32; N];
+        let mut d = self.model.lock();
+        for (o, &off) in out.iter_mut().zip(offs.iter()) {
+            *o = d.mmio_read32(off);
+        }
+        out
+    }
+
+    // ---- fault injection (hw-spec section 9: outside the register block) ----
+
+    /// The next device memory access fails with an uncorrectable error.
+    pub(crate) fn inject_bus_error(&self) {
+        self.model.lock().inject_bus_error();
+        self.kick();
+    }
+
+    /// The next engine reset fails: the device is lost.
+    pub(crate) fn inject_reset_failure(&self) {
+        self.model.lock().inject_reset_failure();
+    }
+
+    /// The device falls off the bus now.
+    pub(crate) fn fall_off_bus(&self) {
+        let mut d = self.model.lock();
+        d.fall_off_bus();
+        self.latch(&mut d);
+    }
+
+    // ---- the device thread ----
+
+    /// Wakes the device thread.
+    pub(crate) fn kick(&self) {
+        *self.kick.lock() = true;
+        self.kick_cv.notify_one();
+    }
+
+    /// One round of the device thread: a few steps under one hold of the model lock, then the
+    /// interrupt latch. Returns what the last step did.
+    fn run_once(&self) -> Step {
+        let mut d = self.model.lock();
+        let mut step = Step::Idle;
+        for _ in 0..8 {
+            step = d.step();
+            if step != Step::Progress || d.irq_line() {
+                break;
+            }
+            self.steps.fetch_add(1, Relaxed);
+        }
+        self.latch(&mut d);
+        step
+    }
+
+    /// Starts the device thread (named `aigpu<index>-hw`).
+    ///
+    /// # Safety
+    ///
+    /// `self` must stay valid (pinned, not freed) until [`Hw::stop`] returns.
+    pub(crate) unsafe fn start(&self, index: u32) -> Result {
+        // SAFETY: `device_thread` only uses `data` as `&Hw` until `kthread_should_stop()`, and
+        // `stop` (which the caller must call before freeing `self`) waits for it to return. The
+        // format string takes one `%u`, a C unsigned int.
+        let task = unsafe {
+            bindings::kthread_create_on_node(
+                Some(device_thread),
+                ptr::from_ref(self).cast_mut().cast(),
+                bindings::NUMA_NO_NODE,
+                c"aigpu%u-hw".as_char_ptr(),
+                index,
+            )
+        };
+        if task.is_null() {
+            return Err(ENOMEM);
+        }
+        let err = task as isize;
+        if (-4095..0).contains(&err) {
+            return Err(Error::from_errno(err as i32));
+        }
+        // SAFETY: `task` is the new, not yet running kthread.
+        unsafe { bindings::wake_up_process(task) };
+        self.thread.store(task as usize, Relaxed);
+        Ok(())
+    }
+
+    /// Stops the device thread and waits for it to exit.
+    pub(crate) fn stop(&self) {
+        let task = self.thread.xchg(0, Relaxed) as *mut bindings::task_struct;
+        if !task.is_null() {
+            // SAFETY: `task` is our kthread, which never exits on its own (it only returns when
+            // `kthread_should_stop()`), so its task_struct is still valid here.
+            unsafe { bindings::kthread_stop(task) };
+        }
+    }
+}
+
+fn is_doorbell(off: usize) -> bool {
+    (regs::queue_base(0)..regs::queue_base(regs::NUM_QUEUES)).contains(&off)
+        && (off - regs::queue_base(0)) % (regs::queue_base(1) - regs::queue_base(0)) == regs::Q_DOORBELL
+}
+
+/// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
+unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
+    // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
+    // happen before this function returns.
+    let hw = unsafe { &*data.cast::<Hw>() };
+    // SAFETY: plain query of the current kthread's stop flag.
+    while !unsafe { bindings::kthread_should_stop() } {
+        let step = hw.run_once();
+        let sleep = match step {
+            Step::Progress => continue,
+            // Every queue with work waits on memory (another queue's fence is re-checked at the
+            // next round; CPU writes are polled): look again after a tick unless kicked.
+            Step::Stalled => 1,
+            // Idle: until a doorbell (a long timeout only as a safety net).
+            Step::Idle => kernel::time::msecs_to_jiffies(1000),
+        };
+        let mut kicked = hw.kick.lock();
+        if !*kicked {
+            // Woken by a doorbell, by `kthread_stop`, or by the timeout.
+            let _ = hw.kick_cv.wait_interruptible_timeout(&mut kicked, sleep);
+        }
+        *kicked = false;
+    }
+    0
+}

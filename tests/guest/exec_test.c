@@ -1,0 +1,1255 @@
+// SPDX-License-Identifier: MIT
+/*
+ * exec_test: in-guest test of aigpu.ko's execution half through its ioctls, debugfs and the kernel
+ * log (static binary, run by tests/guest/init.sh after kmd_test).
+ *
+ *   exec_test --module PATH [--params "num_devices=2 mem_mib=64 ..."]
+ *
+ * Reloads the module with job_timeout_ms=1000 hang_debug=1 for its own cases (short stalls stay
+ * far from the job timeout; hangs are detected within a second), then puts it back with the given
+ * parameters. Cases: submit + wait and the data written, batched submit of many command buffers in
+ * one ioctl, cross-queue dependency (a high-priority job after a low-priority one's fence), wait
+ * outcomes (timeout, interrupted by a signal then restarted, context lost, device lost),
+ * back-pressure (EAGAIN with NO_BLOCK on a full ring), a page fault in one process while another
+ * process's work completes, a HANG with recovery and innocent resubmission, injected hang / page
+ * fault / memory error, a process killed in the middle of submits and waits, module unload refused
+ * while a debugfs file is open, and finally an injected failed reset: device lost seen by every
+ * ioctl and every file, said once in dmesg, and a working device again once every file is closed.
+ * Each checks exact errno + reason, the dmesg line and the crash dump content.
+ *
+ * Output: `exec_test: ok <name>` / `exec_test: FAIL <name>: <detail>` / `exec_test: skip ...`,
+ * then `exec_test: N passed, M failed`.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/klog.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <drm/drm.h>
+
+#include "aigpu_drm.h"
+
+static int passed, failed;
+static const char *module_path, *module_params = "num_devices=2 mem_mib=64";
+static const char *const EXEC_PARAMS = "num_devices=2 mem_mib=64 job_timeout_ms=1000 hang_debug=1";
+static const unsigned TIMEOUT_MS = 1000;
+static const char *DFS = "/sys/kernel/debug/dri/128"; /* render minor of aigpu0 -> its debugfs dir */
+
+#define PAGE 4096ull
+#define RW (AIGPU_VM_ACCESS_READ | AIGPU_VM_ACCESS_WRITE)
+#define VA 0x40000000ull /* data + command buffers of a `struct gpu` */
+#define BAD_VA 0x7f0010000ull
+
+static void ok(const char *name)
+{
+	passed++;
+	printf("exec_test: ok %s\n", name);
+	fflush(stdout);
+}
+
+static void __attribute__((format(printf, 2, 3))) fail(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	failed++;
+	printf("exec_test: FAIL %s: ", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+#define CHECK(name, cond, ...) do { if (cond) ok(name); else fail(name, __VA_ARGS__); } while (0)
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* ioctl returning 0 or -errno; no retry (EINTR and EAGAIN are outcomes here). */
+static int rawioctl(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) == -1 ? -errno : 0;
+}
+
+/* ---- packets (docs/hw-spec.md section 6) ---- */
+#define HDR(op, flags, words) ((uint32_t)(op) | ((uint32_t)(flags) << 8) | ((uint32_t)(words) << 16))
+
+static uint32_t *emit64(uint32_t *p, uint64_t v)
+{
+	p[0] = (uint32_t)v;
+	p[1] = (uint32_t)(v >> 32);
+	return p + 2;
+}
+
+static uint32_t *pkt_fill(uint32_t *p, uint64_t dst, uint64_t size, uint32_t pattern)
+{
+	*p++ = HDR(0x02, 0, 6);
+	p = emit64(p, dst);
+	p = emit64(p, size);
+	*p++ = pattern;
+	return p;
+}
+
+static uint32_t *pkt_copy(uint32_t *p, uint64_t src, uint64_t dst, uint64_t size)
+{
+	*p++ = HDR(0x01, 0, 7);
+	p = emit64(p, src);
+	p = emit64(p, dst);
+	return emit64(p, size);
+}
+
+static uint32_t *pkt_wait_mem(uint32_t *p, uint64_t addr, uint64_t value)
+{
+	*p++ = HDR(0x07, 0, 5);
+	p = emit64(p, addr);
+	return emit64(p, value);
+}
+
+static uint32_t *pkt_hang(uint32_t *p)
+{
+	*p++ = HDR(0x7f, 0, 1);
+	return p;
+}
+
+/* ---- a file with one 1 MiB buffer mapped read-write at VA, CPU-mapped ---- */
+struct gpu {
+	int fd;
+	__u32 bo;
+	uint8_t *map;
+	size_t size;
+	size_t cmd_at; /* next free byte for command buffers (from the top half of the buffer) */
+};
+
+#define BUF_SIZE (1u << 20)
+#define CMD_BASE (BUF_SIZE / 2)
+
+static int gpu_open(struct gpu *g, unsigned idx)
+{
+	char path[64];
+
+	memset(g, 0, sizeof(*g));
+	snprintf(path, sizeof(path), "/dev/dri/renderD%u", 128 + idx);
+	g->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (g->fd < 0)
+		return -errno;
+	struct drm_aigpu_gem_create c = { .size = BUF_SIZE };
+	int r = rawioctl(g->fd, DRM_IOCTL_AIGPU_GEM_CREATE, &c);
+	if (r)
+		return r;
+	g->bo = c.handle;
+	struct drm_aigpu_vm_bind b = { .handle = g->bo, .va = VA, .size = BUF_SIZE, .access = RW };
+	r = rawioctl(g->fd, DRM_IOCTL_AIGPU_VM_BIND, &b);
+	if (r)
+		return r;
+	struct drm_aigpu_gem_mmap_offset m = { .handle = g->bo };
+	r = rawioctl(g->fd, DRM_IOCTL_AIGPU_GEM_MMAP_OFFSET, &m);
+	if (r)
+		return r;
+	g->map = mmap(NULL, BUF_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, (off_t)m.offset);
+	if (g->map == MAP_FAILED)
+		return -errno;
+	g->size = BUF_SIZE;
+	g->cmd_at = CMD_BASE;
+	return 0;
+}
+
+static void gpu_close(struct gpu *g)
+{
+	if (g->map && g->map != MAP_FAILED)
+		munmap(g->map, g->size);
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	g->map = NULL;
+}
+
+/* Room for a command buffer of `words` words: returns its CPU pointer and GPU VA. */
+static uint32_t *cmd_alloc(struct gpu *g, unsigned words, __u64 *va)
+{
+	size_t bytes = ((size_t)words * 4 + 63) & ~(size_t)63;
+
+	if (g->cmd_at + bytes > g->size)
+		g->cmd_at = CMD_BASE;
+	uint32_t *p = (uint32_t *)(g->map + g->cmd_at);
+	*va = VA + g->cmd_at;
+	g->cmd_at += bytes;
+	return p;
+}
+
+static int ctx_create(struct gpu *g, __u32 prio, __u32 *id)
+{
+	struct drm_aigpu_ctx_create c = { .priority = prio };
+	int r = rawioctl(g->fd, DRM_IOCTL_AIGPU_CTX_CREATE, &c);
+
+	*id = c.ctx_id;
+	return r;
+}
+
+struct sub {
+	int rc;
+	__u32 reason, bad_index;
+	__u64 bad_offset, seqno;
+};
+
+static struct sub submit(struct gpu *g, __u32 ctx, const struct drm_aigpu_cmdbuf *cbs, unsigned n,
+			 const struct drm_aigpu_fence *fences, unsigned nf, __u32 flags)
+{
+	struct drm_aigpu_submit s = { .ctx_id = ctx, .flags = flags, .cmdbufs = (uintptr_t)cbs,
+				      .in_fences = (uintptr_t)fences, .num_cmdbufs = n, .num_in_fences = nf };
+	struct sub out;
+
+	out.rc = rawioctl(g->fd, DRM_IOCTL_AIGPU_SUBMIT, &s);
+	out.reason = s.reason;
+	out.bad_index = s.bad_index;
+	out.bad_offset = s.bad_offset;
+	out.seqno = s.out_seqno;
+	return out;
+}
+
+/* Submits one command buffer [p, end). */
+static struct sub submit1(struct gpu *g, __u32 ctx, __u64 va, const uint32_t *p, const uint32_t *end,
+			  const struct drm_aigpu_fence *fences, unsigned nf)
+{
+	struct drm_aigpu_cmdbuf cb = { .va = va, .size = (__u32)((end - p) * 4) };
+
+	return submit(g, ctx, &cb, 1, fences, nf, 0);
+}
+
+struct waited {
+	int rc;
+	__u32 reason;
+	__u64 completed;
+};
+
+static struct waited wait_abs(struct gpu *g, __u32 ctx, __u64 seqno, __u64 deadline)
+{
+	struct drm_aigpu_wait w = { .ctx_id = ctx, .seqno = seqno, .timeout_ns = deadline };
+	struct waited out;
+
+	out.rc = rawioctl(g->fd, DRM_IOCTL_AIGPU_WAIT, &w);
+	out.reason = w.reason;
+	out.completed = w.completed_seqno;
+	return out;
+}
+
+static struct waited wait_for(struct gpu *g, __u32 ctx, __u64 seqno, unsigned ms)
+{
+	return wait_abs(g, ctx, seqno, now_ns() + (uint64_t)ms * 1000000ull);
+}
+
+static int ctx_state(struct gpu *g, __u32 ctx, struct drm_aigpu_ctx_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->ctx_id = ctx;
+	return rawioctl(g->fd, DRM_IOCTL_AIGPU_CTX_STATE, st);
+}
+
+/* ---- the kernel log, debugfs, module ---- */
+
+/* The whole kernel log (malloc'd, NUL-terminated). */
+static char *klog(void)
+{
+	int len = klogctl(10 /* SYSLOG_ACTION_SIZE_BUFFER */, NULL, 0);
+
+	if (len <= 0)
+		return NULL;
+	char *buf = calloc(1, (size_t)len + 1);
+	if (buf && klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf, len) < 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* The last line of the kernel log containing every one of the NULL-terminated fragments
+ * (malloc'd), or NULL. */
+static char *klog_find(const char *first, ...)
+{
+	char *log = klog(), *found = NULL;
+
+	if (!log)
+		return NULL;
+	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+		va_list ap;
+		int all = strstr(line, first) != NULL;
+		va_start(ap, first);
+		for (const char *f = va_arg(ap, const char *); f && all; f = va_arg(ap, const char *))
+			all = strstr(line, f) != NULL;
+		va_end(ap);
+		if (all) {
+			free(found);
+			found = strdup(line);
+		}
+	}
+	free(log);
+	return found;
+}
+
+/* How many kernel log lines contain `s`. */
+static int klog_count(const char *s)
+{
+	char *log = klog();
+	int n = 0;
+
+	for (char *p = log; p && (p = strstr(p, s)); p += strlen(s))
+		n++;
+	free(log);
+	return n;
+}
+
+/* A file's whole content (malloc'd), or NULL. */
+static char *slurp(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap + 1);
+	ssize_t n;
+	while (buf && (n = read(fd, buf + len, cap - len)) > 0) {
+		len += (size_t)n;
+		if (len == cap) {
+			char *nb = realloc(buf, 2 * cap + 1);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	close(fd);
+	if (buf)
+		buf[len] = 0;
+	return buf;
+}
+
+static char *dfs(const char *rel)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", DFS, rel);
+	return slurp(path);
+}
+
+static int dfs_write(const char *rel, const char *v)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", DFS, rel);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = write(fd, v, strlen(v)) == (ssize_t)strlen(v) ? 0 : -errno;
+	close(fd);
+	return r;
+}
+
+/* The newest crash dump: its number (0 if none) and text (malloc'd) in *text. */
+static unsigned last_crash(char **text)
+{
+	char *list = dfs("crashdumps/list");
+	unsigned n = 0;
+
+	*text = NULL;
+	for (char *p = list; p && (p = strstr(p, "crash-")); p++) {
+		unsigned v = (unsigned)strtoul(p + 6, NULL, 10);
+		if (v > n)
+			n = v;
+	}
+	free(list);
+	if (n) {
+		char rel[64];
+		snprintf(rel, sizeof(rel), "crashdumps/crash-%u", n);
+		*text = dfs(rel);
+	}
+	return n;
+}
+
+/* Every fragment (NULL-terminated list) is in `text`; else the first missing one. */
+static const char *missing(const char *text, const char *const *frags)
+{
+	for (; *frags; frags++)
+		if (!text || !strstr(text, *frags))
+			return *frags;
+	return NULL;
+}
+
+static int delete_module(const char *name)
+{
+	return syscall(SYS_delete_module, name, O_NONBLOCK) ? -errno : 0;
+}
+
+static int load_module(const char *params)
+{
+	int fd = open(module_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	int r = syscall(SYS_finit_module, fd, params, 0) ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static int reload(const char *params)
+{
+	int r = delete_module("aigpu");
+	if (r)
+		return r;
+	return load_module(params);
+}
+
+/* ---- cases ---- */
+
+static void test_submit_wait(void)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	if (r) {
+		fail("submit-wait", "setup rc=%d", r);
+		return;
+	}
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 32, &va), *e = p;
+	e = pkt_fill(e, VA, 4096, 0x11223344u);
+	e = pkt_copy(e, VA, VA + 8192, 4096);
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = s.rc ? (struct waited){ 0 } : wait_for(&g, ctx, s.seqno, 10000);
+	uint32_t *d = (uint32_t *)(g.map + 8192);
+	CHECK("submit-wait", s.rc == 0 && s.seqno == 1 && w.rc == 0 && w.completed == 1 && d[0] == 0x11223344u &&
+				     d[1023] == 0x11223344u,
+	      "submit rc=%d seq=%llu, wait rc=%d reason=%u completed=%llu, data %#x", s.rc,
+	      (unsigned long long)s.seqno, w.rc, w.reason, (unsigned long long)w.completed, d[0]);
+	struct drm_aigpu_ctx_state st;
+	r = ctx_state(&g, ctx, &st);
+	CHECK("ctx-state-after-work", r == 0 && st.completed_seqno == 1 && st.submitted_seqno == 1 &&
+					      st.reset_status == AIGPU_RESET_NONE,
+	      "rc=%d completed=%llu submitted=%llu reset=%u", r, (unsigned long long)st.completed_seqno,
+	      (unsigned long long)st.submitted_seqno, st.reset_status);
+	/* A signalled fence waits with a deadline in the past: still success (poll). */
+	w = wait_abs(&g, ctx, 1, 0);
+	CHECK("wait-poll-signalled", w.rc == 0 && w.completed == 1, "rc=%d", w.rc);
+	/* Validation: a malformed packet in the second buffer names buffer 1 and its offset. */
+	__u64 va2;
+	uint32_t *q = cmd_alloc(&g, 16, &va2), *qe = q;
+	qe = pkt_fill(qe, VA, 64, 1);
+	*qe++ = HDR(0x55, 0, 1);
+	struct drm_aigpu_cmdbuf two[2] = { { .va = va, .size = (__u32)((e - p) * 4) },
+					   { .va = va2, .size = (__u32)((qe - q) * 4) } };
+	s = submit(&g, ctx, two, 2, NULL, 0, 0);
+	CHECK("submit-malformed-names-buffer-and-offset",
+	      s.rc == -EINVAL && s.reason == AIGPU_REASON_PACKET_MALFORMED && s.bad_index == 1 && s.bad_offset == 24,
+	      "rc=%d reason=%u index=%u offset=%llu", s.rc, s.reason, s.bad_index, (unsigned long long)s.bad_offset);
+	/* HANG is legal here (hang_debug=1); an unmapped command buffer is not. */
+	struct drm_aigpu_cmdbuf unm = { .va = BAD_VA, .size = 16 };
+	s = submit(&g, ctx, &unm, 1, NULL, 0, 0);
+	CHECK("submit-cmdbuf-not-mapped", s.rc == -EINVAL && s.reason == AIGPU_REASON_CMDBUF_NOT_MAPPED,
+	      "rc=%d reason=%u", s.rc, s.reason);
+	s = submit(&g, ctx, (const struct drm_aigpu_cmdbuf *)16, 1, NULL, 0, 0);
+	CHECK("submit-bad-user-pointer", s.rc == -EFAULT && s.reason == AIGPU_REASON_BAD_USER_POINTER,
+	      "rc=%d reason=%u", s.rc, s.reason);
+	struct drm_aigpu_fence bad = { .ctx_id = ctx + 1000, .seqno = 1 };
+	s = submit(&g, ctx, two, 1, &bad, 1, 0);
+	CHECK("submit-fence-ctx-invalid", s.rc == -EINVAL && s.reason == AIGPU_REASON_FENCE_CTX_INVALID &&
+						  s.bad_index == 0,
+	      "rc=%d reason=%u", s.rc, s.reason);
+	s = submit(&g, ctx + 1000, two, 1, NULL, 0, 0);
+	CHECK("submit-ctx-invalid", s.rc == -EINVAL && s.reason == AIGPU_REASON_CTX_INVALID, "rc=%d reason=%u",
+	      s.rc, s.reason);
+	gpu_close(&g);
+}
+
+/* Many command buffers in one ioctl: one job, one seqno, one ioctl, every buffer ran. */
+static void test_batch(void)
+{
+	enum { N = 200 };
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &ctx);
+	if (r) {
+		fail("batch-submit", "setup rc=%d", r);
+		return;
+	}
+	static struct drm_aigpu_cmdbuf cbs[N];
+	for (unsigned i = 0; i < N; i++) {
+		__u64 va;
+		uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA + 64ull * i, 64, 0xB0000000u + i);
+		cbs[i] = (struct drm_aigpu_cmdbuf){ .va = va, .size = (__u32)((e - p) * 4) };
+	}
+	char *before = dfs("status");
+	struct sub s = submit(&g, ctx, cbs, N, NULL, 0, 0);
+	struct waited w = s.rc ? (struct waited){ 0 } : wait_for(&g, ctx, s.seqno, 20000);
+	int bad = -1;
+	for (unsigned i = 0; i < N && bad < 0; i++) {
+		uint32_t *d = (uint32_t *)(g.map + 64 * i);
+		if (d[0] != 0xB0000000u + i || d[15] != 0xB0000000u + i)
+			bad = (int)i;
+	}
+	CHECK("batch-submit-200-cmdbufs", s.rc == 0 && s.seqno == 1 && w.rc == 0 && bad < 0,
+	      "submit rc=%d reason=%u seq=%llu wait rc=%d, first wrong region %d", s.rc, s.reason,
+	      (unsigned long long)s.seqno, w.rc, bad);
+	/* status counts jobs: exactly one more */
+	char *after = dfs("status");
+	const char *jb = before ? strstr(before, " jobs=") : NULL, *ja = after ? strstr(after, " jobs=") : NULL;
+	long nb = jb ? strtol(jb + 6, NULL, 10) : -1, na = ja ? strtol(ja + 6, NULL, 10) : -2;
+	CHECK("batch-is-one-job", na == nb + 1, "jobs before %ld after %ld", nb, na);
+	free(before);
+	free(after);
+	/* the maximum is 256 buffers; 257 is refused */
+	s = submit(&g, ctx, cbs, AIGPU_MAX_CMDBUFS + 1, NULL, 0, 0);
+	CHECK("batch-257-refused", s.rc == -EINVAL && s.reason == AIGPU_REASON_CMDBUF_COUNT, "rc=%d reason=%u",
+	      s.rc, s.reason);
+	gpu_close(&g);
+}
+
+/*
+ * Cross-queue dependency: a low-priority job (queue 3) stalls on a flag; a high-priority job
+ * (queue 0) that copies what the low one writes waits for its fence. It must not run before.
+ */
+static void test_cross_queue(void)
+{
+	struct gpu g;
+	__u32 lo, hi;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &lo);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &hi);
+	if (r) {
+		fail("cross-queue-dependency", "setup rc=%d", r);
+		return;
+	}
+	volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x10000);
+	*flag = 0;
+	memset(g.map + 0x11000, 0, 8192);
+	__u64 va_a, va_b;
+	uint32_t *a = cmd_alloc(&g, 32, &va_a), *ae = a;
+	ae = pkt_wait_mem(ae, VA + 0x10000, 1);
+	ae = pkt_fill(ae, VA + 0x11000, 4096, 0xA5A5A5A5u);
+	uint32_t *b = cmd_alloc(&g, 16, &va_b), *be = pkt_copy(b, VA + 0x11000, VA + 0x12000, 4096);
+	struct sub sa = submit1(&g, lo, va_a, a, ae, NULL, 0);
+	struct drm_aigpu_fence dep = { .ctx_id = lo, .seqno = sa.seqno };
+	struct sub sb = submit1(&g, hi, va_b, b, be, &dep, 1);
+	sleep_ms(50);
+	struct waited early = wait_for(&g, hi, sb.seqno, 20);
+	uint32_t before = *(volatile uint32_t *)(g.map + 0x12000);
+	*flag = 1; /* let the low-priority job run */
+	struct waited wb = wait_for(&g, hi, sb.seqno, 10000);
+	struct waited wa = wait_for(&g, lo, sa.seqno, 10000);
+	uint32_t after = *(volatile uint32_t *)(g.map + 0x12000 + 4092);
+	CHECK("cross-queue-dependency",
+	      sa.rc == 0 && sb.rc == 0 && early.rc == -ETIMEDOUT && early.reason == AIGPU_REASON_TIMEOUT &&
+		      before == 0 && wb.rc == 0 && wa.rc == 0 && after == 0xA5A5A5A5u,
+	      "submit %d/%d, early wait rc=%d reason=%u, copy before=%#x, waits %d/%d, copy after=%#x", sa.rc, sb.rc,
+	      early.rc, early.reason, before, wa.rc, wb.rc, after);
+	char *q = dfs("contexts");
+	char want_lo[64], want_hi[64];
+	snprintf(want_lo, sizeof(want_lo), "ctx=%u ", lo);
+	snprintf(want_hi, sizeof(want_hi), "ctx=%u ", hi);
+	const char *l = q ? strstr(q, want_lo) : NULL, *h = q ? strstr(q, want_hi) : NULL;
+	CHECK("contexts-on-queues-by-priority", l && h && strstr(l, "queue=3 prio=low") && strstr(h, "queue=0 prio=high"),
+	      "debugfs contexts:\n%s", q ? q : "(unreadable)");
+	free(q);
+	gpu_close(&g);
+}
+
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* Sends SIGUSR1 to this process after `ms` (a child: the test kernel has no POSIX timers, so no
+ * setitimer/alarm). Returns the child's pid. */
+static pid_t signal_me_in(unsigned ms)
+{
+	pid_t parent = getpid(), pid = fork();
+
+	if (pid == 0) {
+		sleep_ms(ms);
+		kill(parent, SIGUSR1);
+		_exit(0);
+	}
+	return pid;
+}
+
+/* Wait outcomes: timed out (work still running), interrupted (restartable), then signalled. */
+static void test_wait_outcomes(void)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	if (r) {
+		fail("wait-outcomes", "setup rc=%d", r);
+		return;
+	}
+	volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x20000);
+	*flag = 0;
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 16, &va), *e = pkt_wait_mem(p, VA + 0x20000, 1);
+	e = pkt_fill(e, VA + 0x21000, 64, 7);
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = wait_for(&g, ctx, s.seqno, 30);
+	CHECK("wait-timeout-while-running", s.rc == 0 && w.rc == -ETIMEDOUT && w.reason == AIGPU_REASON_TIMEOUT,
+	      "submit rc=%d, wait rc=%d reason=%u", s.rc, w.rc, w.reason);
+
+	/* A signal without SA_RESTART: EINTR + INTERRUPTED; the same call again then succeeds. */
+	struct sigaction sa = { .sa_handler = on_alarm };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	uint64_t deadline = now_ns() + 5000000000ull;
+	alarms = 0;
+	pid_t sender = signal_me_in(50);
+	uint64_t t0 = now_ns();
+	w = wait_abs(&g, ctx, s.seqno, deadline);
+	uint64_t took = now_ns() - t0;
+	waitpid(sender, NULL, 0);
+	CHECK("wait-interrupted-by-signal", w.rc == -EINTR && w.reason == AIGPU_REASON_INTERRUPTED && alarms == 1 &&
+						    took < 2000000000ull,
+	      "rc=%d reason=%u alarms=%d after %llu ms", w.rc, w.reason, (int)alarms,
+	      (unsigned long long)(took / 1000000));
+	*flag = 1;
+	w = wait_abs(&g, ctx, s.seqno, deadline);
+	CHECK("wait-restarted-succeeds", w.rc == 0 && w.completed == s.seqno, "rc=%d reason=%u", w.rc, w.reason);
+
+	/* With SA_RESTART the kernel restarts the wait by itself (the deadline is absolute). */
+	*flag = 0;
+	s = submit1(&g, ctx, va, p, e, NULL, 0);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGUSR1, &sa, NULL);
+	alarms = 0;
+	sender = signal_me_in(50);
+	pid_t helper = fork();
+	if (helper == 0) {
+		sleep_ms(200);
+		*flag = 1;
+		_exit(0);
+	}
+	w = wait_abs(&g, ctx, s.seqno, now_ns() + 5000000000ull);
+	waitpid(helper, NULL, 0);
+	waitpid(sender, NULL, 0);
+	CHECK("wait-sa-restart-transparent", w.rc == 0 && alarms == 1, "rc=%d reason=%u alarms=%d", w.rc, w.reason,
+	      (int)alarms);
+	signal(SIGUSR1, SIG_DFL);
+	w = wait_for(&g, ctx, s.seqno + 1, 10);
+	CHECK("wait-beyond-submitted", w.rc == -EINVAL && w.reason == AIGPU_REASON_FENCE_NOT_SUBMITTED, "rc=%d reason=%u",
+	      w.rc, w.reason);
+	gpu_close(&g);
+}
+
+/* Back-pressure: a stalled queue's ring fills up; NO_BLOCK says EAGAIN + RING_FULL, never more. */
+static void test_ring_full(void)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &ctx);
+	if (r) {
+		fail("ring-full", "setup rc=%d", r);
+		return;
+	}
+	volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x30000);
+	*flag = 0;
+	__u64 va_w, va_f;
+	uint32_t *p = cmd_alloc(&g, 8, &va_w), *e = pkt_wait_mem(p, VA + 0x30000, 1);
+	uint32_t *f = cmd_alloc(&g, 8, &va_f), *fe = pkt_fill(f, VA + 0x31000, 64, 9);
+	struct sub s = submit1(&g, ctx, va_w, p, e, NULL, 0);
+	static struct drm_aigpu_cmdbuf cbs[256];
+	for (int i = 0; i < 256; i++)
+		cbs[i] = (struct drm_aigpu_cmdbuf){ .va = va_f, .size = (__u32)((fe - f) * 4) };
+	int jobs = 1, again = 0;
+	struct sub last = s;
+	for (int i = 0; i < 10 && !again; i++) {
+		struct sub t = submit(&g, ctx, cbs, 256, NULL, 0, AIGPU_SUBMIT_FLAG_NO_BLOCK);
+		if (t.rc == -EAGAIN && t.reason == AIGPU_REASON_RING_FULL)
+			again = 1;
+		else if (t.rc == 0) {
+			jobs++;
+			last = t;
+		} else {
+			fail("ring-full-eagain", "rc=%d reason=%u", t.rc, t.reason);
+			break;
+		}
+	}
+	/* 1 + 3 * 256 descriptors fit in the 1024 of the ring; the fourth batch does not. */
+	CHECK("ring-full-eagain", again && jobs == 4, "EAGAIN seen %d after %d jobs", again, jobs);
+	*flag = 1;
+	struct waited w = wait_for(&g, ctx, last.seqno, 20000);
+	CHECK("ring-drains", w.rc == 0 && w.completed == last.seqno, "rc=%d reason=%u completed=%llu", w.rc, w.reason,
+	      (unsigned long long)w.completed);
+	gpu_close(&g);
+}
+
+/*
+ * A page fault in one process (the child) while another (the parent) keeps working: the child's
+ * context is banned with the fault VA and type, the dmesg line names it, a crash dump is kept, the
+ * parent's work completes.
+ */
+static void test_page_fault(void)
+{
+	int pipefd[2], gofd[2];
+
+	if (pipe(pipefd) || pipe(gofd)) {
+		fail("page-fault", "pipe: %s", strerror(errno));
+		return;
+	}
+	pid_t child = fork();
+	if (child == 0) {
+		struct gpu g;
+		__u32 ctx;
+		close(pipefd[0]);
+		int res[8] = { 0 };
+		if (gpu_open(&g, 0) || ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx))
+			_exit(2);
+		__u64 va;
+		uint32_t *p = cmd_alloc(&g, 32, &va), *e = p;
+		e = pkt_fill(e, VA, 64, 3);
+		e = pkt_copy(e, BAD_VA, VA + 4096, 64); /* offset 24 */
+		struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+		struct waited w = wait_for(&g, ctx, s.seqno, 10000);
+		struct drm_aigpu_ctx_state st;
+		int r = ctx_state(&g, ctx, &st);
+		struct sub again = submit1(&g, ctx, va, p, p + 6, NULL, 0);
+		res[0] = s.rc;
+		res[1] = w.rc;
+		res[2] = (int)w.reason;
+		res[3] = r == 0 && st.reset_status == AIGPU_RESET_GUILTY && st.fault_type == AIGPU_FAULT_UNMAPPED &&
+			 st.fault_va == BAD_VA && st.fault_access == AIGPU_ACCESS_READ && st.fault_offset == 24 &&
+			 st.hung == 0 && st.completed_seqno == 0 && st.submitted_seqno == 1;
+		res[4] = again.rc;
+		res[5] = (int)again.reason;
+		res[6] = (int)ctx;
+		if (write(pipefd[1], res, sizeof(res)) != sizeof(res))
+			_exit(3);
+		/* Stay alive (the file open) until the parent has looked at debugfs. */
+		char go;
+		close(gofd[1]);
+		if (read(gofd[0], &go, 1) < 0)
+			_exit(4);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	close(gofd[0]);
+	/* Meanwhile: this process's work goes on, before, during and after the fault. */
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	int done = 0, bad = 0;
+	for (int i = 0; i < 40 && !r; i++) {
+		__u64 va;
+		uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA + 0x40000 + 4ull * i, 4, 0xC0DE0000u + i);
+		struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+		struct waited w = wait_for(&g, ctx, s.seqno, 10000);
+		if (s.rc || w.rc)
+			bad++;
+		else if (*(volatile uint32_t *)(g.map + 0x40000 + 4 * i) == 0xC0DE0000u + (uint32_t)i)
+			done++;
+		sleep_ms(5);
+	}
+	int res[8] = { 0 };
+	ssize_t n = read(pipefd[0], res, sizeof(res));
+	close(pipefd[0]);
+	CHECK("page-fault-other-process-unharmed", !r && done == 40 && bad == 0, "setup %d, %d of 40 done, %d failed", r,
+	      done, bad);
+	CHECK("page-fault-wait-ctx-lost", n == sizeof(res) && res[0] == 0 && res[1] == -ECANCELED &&
+						 res[2] == AIGPU_REASON_CTX_LOST,
+	      "read %zd, submit rc=%d, wait rc=%d reason=%d", n, res[0], res[1], res[2]);
+	CHECK("page-fault-ctx-state", res[3] == 1, "context state does not say guilty/unmapped/read/va/offset 24");
+	CHECK("page-fault-later-submit-banned", res[4] == -ECANCELED && res[5] == AIGPU_REASON_CTX_BANNED,
+	      "rc=%d reason=%d", res[4], res[5]);
+	char frag_ctx[96];
+	snprintf(frag_ctx, sizeof(frag_ctx), "ctx=%d pid=%d comm=exec_test job=", res[6], (int)child);
+	char *line = klog_find("aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=", frag_ctx,
+			       "; context banned", NULL);
+	CHECK("page-fault-dmesg-line", line != NULL, "no 'page fault: unmapped read at va=0x7f0010000 offset=24 queue=.. %s..; "
+						     "context banned' line", frag_ctx);
+	free(line);
+	line = klog_find("aigpu aigpu0: engine reset done; ", " innocent jobs resubmitted", NULL);
+	CHECK("page-fault-reset-line", line != NULL, "no 'engine reset done; N innocent jobs resubmitted' line");
+	free(line);
+	char *dump;
+	unsigned num = last_crash(&dump);
+	char pidfrag[64], ctxfrag[64];
+	snprintf(pidfrag, sizeof(pidfrag), "process pid=%d comm=exec_test client=", (int)child);
+	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%d queue=", res[6]);
+	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.0 device=aigpu0",
+				     "time_wall=", "time_mono_ns=", "kind=page_fault\n", pidfrag, ctxfrag,
+				     "fault type=unmapped access=read va=0x7f0010000 offset=24 job=", "ring queue=",
+				     "job id=", " seqno=1 cmdbuf=0 va=", "packets:\n", "  +0000 FILL dst=0x40000000 size=64",
+				     "  +0018 COPY src=0x7f0010000 dst=0x40001000 size=64   <- fault",
+				     "pagewalk va=0x7f0010000", "-> unmapped at level", "registers:\n", "FAULT_STATUS=0x8",
+				     "\nend\n", NULL };
+	const char *miss = missing(dump, want);
+	CHECK("page-fault-crash-dump", num > 0 && !miss, "crash-%u lacks '%s':\n%s", num, miss ? miss : "",
+	      dump ? dump : "(none)");
+	free(dump);
+	char *list = dfs("crashdumps/list");
+	char listfrag[64];
+	snprintf(listfrag, sizeof(listfrag), "crash-%u time=", num);
+	CHECK("crashdumps-list", list && strstr(list, listfrag) && strstr(list, "kind=page_fault"), "list:\n%s",
+	      list ? list : "(unreadable)");
+	free(list);
+	char *ctxs = dfs("contexts");
+	snprintf(frag_ctx, sizeof(frag_ctx), "ctx=%d client=", res[6]);
+	const char *c = ctxs ? strstr(ctxs, frag_ctx) : NULL;
+	CHECK("contexts-shows-fault", c && strstr(c, "reset=guilty hung=0 fault=unmapped access=read va=0x7f0010000 offset=24"),
+	      "contexts:\n%s", ctxs ? ctxs : "(unreadable)");
+	free(ctxs);
+	close(gofd[1]); /* the child may go */
+	int status = 0;
+	waitpid(child, &status, 0);
+	gpu_close(&g);
+}
+
+/* A HANG: timed out while running, detected after the job timeout, the engine reset, the guilty
+ * context banned, the innocent job queued behind it on the same queue resubmitted and completed. */
+static void test_hang(void)
+{
+	struct gpu g;
+	__u32 h, inn;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &h);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &inn); /* low priority: queue 3, like h */
+	if (r) {
+		fail("hang", "setup rc=%d", r);
+		return;
+	}
+	__u64 va_h, va_i;
+	uint32_t *p = cmd_alloc(&g, 8, &va_h), *e = pkt_fill(p, VA + 0x50000, 4, 1);
+	e = pkt_hang(e);
+	uint32_t *q = cmd_alloc(&g, 8, &va_i), *qe = pkt_fill(q, VA + 0x51000, 64, 0x77777777u);
+	memset(g.map + 0x51000, 0, 64);
+	int resets_before = klog_count("engine reset done; ");
+	struct sub sh = submit1(&g, h, va_h, p, e, NULL, 0);
+	struct sub si = submit1(&g, inn, va_i, q, qe, NULL, 0);
+	struct waited w = wait_for(&g, h, sh.seqno, 20);
+	CHECK("hang-short-wait-times-out", sh.rc == 0 && si.rc == 0 && w.rc == -ETIMEDOUT && w.reason == AIGPU_REASON_TIMEOUT,
+	      "submits %d/%d, wait rc=%d reason=%u", sh.rc, si.rc, w.rc, w.reason);
+	uint64_t t0 = now_ns();
+	w = wait_for(&g, h, sh.seqno, 30000);
+	uint64_t took_ms = (now_ns() - t0) / 1000000;
+	CHECK("hang-detected-ctx-lost", w.rc == -ECANCELED && w.reason == AIGPU_REASON_CTX_LOST &&
+						took_ms < 10 * TIMEOUT_MS,
+	      "rc=%d reason=%u after %llu ms", w.rc, w.reason, (unsigned long long)took_ms);
+	struct drm_aigpu_ctx_state st;
+	r = ctx_state(&g, h, &st);
+	CHECK("hang-ctx-state-guilty", r == 0 && st.reset_status == AIGPU_RESET_GUILTY && st.hung == 1 &&
+					       st.fault_type == 0,
+	      "rc=%d reset=%u hung=%u fault=%u", r, st.reset_status, st.hung, st.fault_type);
+	struct waited wi = wait_for(&g, inn, si.seqno, 30000);
+	uint32_t v = *(volatile uint32_t *)(g.map + 0x51000 + 60);
+	r = ctx_state(&g, inn, &st);
+	CHECK("hang-innocent-resubmitted-completes", wi.rc == 0 && v == 0x77777777u && r == 0 &&
+							     st.reset_status == AIGPU_RESET_INNOCENT && st.hung == 0,
+	      "wait rc=%d reason=%u data %#x reset=%u", wi.rc, wi.reason, v, st.reset_status);
+	char frag[160];
+	snprintf(frag, sizeof(frag), "aigpu aigpu0: job timeout: ctx=%u pid=%d comm=exec_test queue=3 job=", h,
+		 (int)getpid());
+	char tail[96];
+	snprintf(tail, sizeof(tail), " seqno=1 after %u ms; context banned, resetting engine", TIMEOUT_MS);
+	char *line = klog_find(frag, tail, NULL);
+	CHECK("hang-dmesg-line", line != NULL, "no '%s...%s' line", frag, tail);
+	free(line);
+	line = klog_find("aigpu aigpu0: engine reset done; ", " innocent jobs resubmitted", NULL);
+	int n_res = line ? atoi(strstr(line, "done; ") + 6) : -1;
+	CHECK("hang-reset-line-counts-innocent", line && klog_count("engine reset done; ") == resets_before + 1 && n_res >= 1,
+	      "line '%s' (resets before %d, now %d)", line ? line : "(none)", resets_before,
+	      klog_count("engine reset done; "));
+	free(line);
+	char *dump;
+	unsigned num = last_crash(&dump);
+	char ctxfrag[64];
+	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%u queue=3 prio=low submitted=1 completed=0", h);
+	const char *const want[] = { "kind=hang\n", ctxfrag, "ring queue=3 ", "  +0000 FILL dst=0x40050000 size=4",
+				     "  +0018 HANG   <- executing", "pagewalk va=", "registers:\n", " Q3_STATE=3", "\nend\n",
+				     NULL };
+	const char *miss = missing(dump, want);
+	CHECK("hang-crash-dump", num > 0 && !miss, "crash-%u lacks '%s':\n%s", num, miss ? miss : "", dump ? dump : "(none)");
+	free(dump);
+	gpu_close(&g);
+}
+
+/* Root-only injections: a hang and a page fault in the next job, an uncorrectable memory error. */
+static void test_injections(void)
+{
+	struct gpu g;
+	__u32 ctx, ctx2, ctx3;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &ctx);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &ctx2);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &ctx3);
+	if (r) {
+		fail("inject", "setup rc=%d", r);
+		return;
+	}
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA + 0x60000, 64, 5);
+	r = dfs_write("inject_hang", "1");
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = wait_for(&g, ctx, s.seqno, 30000);
+	struct drm_aigpu_ctx_state st;
+	ctx_state(&g, ctx, &st);
+	char *dump;
+	last_crash(&dump);
+	CHECK("inject-hang", r == 0 && s.rc == 0 && w.rc == -ECANCELED && w.reason == AIGPU_REASON_CTX_LOST && st.hung == 1 &&
+				     dump && strstr(dump, "kind=hang") && strstr(dump, "injected=1") && strstr(dump, "HANG"),
+	      "write %d, submit %d, wait rc=%d reason=%u hung=%u, dump:\n%s", r, s.rc, w.rc, w.reason, st.hung,
+	      dump ? dump : "(none)");
+	free(dump);
+
+	r = dfs_write("inject_page_fault", "1");
+	s = submit1(&g, ctx2, va, p, e, NULL, 0);
+	w = wait_for(&g, ctx2, s.seqno, 30000);
+	ctx_state(&g, ctx2, &st);
+	CHECK("inject-page-fault", r == 0 && s.rc == 0 && w.rc == -ECANCELED && st.reset_status == AIGPU_RESET_GUILTY &&
+					   st.fault_type == AIGPU_FAULT_UNMAPPED && st.fault_va == 0xdead0000ull,
+	      "write %d, submit %d, wait rc=%d, reset=%u fault=%u va=%#llx", r, s.rc, w.rc, st.reset_status, st.fault_type,
+	      (unsigned long long)st.fault_va);
+
+	/* The next memory access of the device fails: here the fetch of the next descriptor, which
+	 * no job owns; the engine is reset and the job runs again (as on the simulator). */
+	int before = klog_count("aigpu aigpu0: uncorrectable memory error: bus-error");
+	r = dfs_write("inject_mem_error", "1");
+	s = submit1(&g, ctx3, va, p, e, NULL, 0);
+	w = wait_for(&g, ctx3, s.seqno, 30000);
+	last_crash(&dump);
+	CHECK("inject-mem-error", r == 0 && s.rc == 0 && w.rc == 0 &&
+					  klog_count("aigpu aigpu0: uncorrectable memory error: bus-error") == before + 1 &&
+					  dump && strstr(dump, "kind=mem_error") && strstr(dump, "fault type=bus-error"),
+	      "write %d, submit %d, wait rc=%d reason=%u, log lines %d -> %d, dump:\n%s", r, s.rc, w.rc, w.reason, before,
+	      klog_count("aigpu aigpu0: uncorrectable memory error: bus-error"), dump ? dump : "(none)");
+	free(dump);
+	/* Injection files are write-only, for root only. */
+	static const char *const inj[] = { "inject_mem_error", "inject_reset_failure", "inject_fall_off_bus",
+					   "inject_hang", "inject_page_fault" };
+	int modes_ok = 1;
+	for (size_t i = 0; i < sizeof(inj) / sizeof(inj[0]); i++) {
+		char path[256];
+		struct stat sb;
+		snprintf(path, sizeof(path), "%s/%s", DFS, inj[i]);
+		modes_ok &= stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0200 && sb.st_uid == 0;
+	}
+	CHECK("inject-files-root-write-only", modes_ok, "an inject_* file is not mode 0200 owned by root");
+	r = dfs_write("inject_hang", "0");
+	CHECK("inject-file-rejects-other-values", r == -EINVAL, "rc=%d", r);
+	gpu_close(&g);
+}
+
+/* The debugfs files have the documented shape. */
+static void test_debugfs(void)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	if (r) {
+		fail("debugfs", "setup rc=%d", r);
+		return;
+	}
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 5);
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	wait_for(&g, ctx, s.seqno, 10000);
+	char *st = dfs("status"), *q = dfs("queues"), *c = dfs("clients"), *v = dfs("vm");
+	char want_timeout[64];
+	snprintf(want_timeout, sizeof(want_timeout), " job_timeout_ms=%u hang_debug=1", TIMEOUT_MS);
+	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.0 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
+				   " clients=", " contexts=", " jobs=", " faults=", " hangs=", " resets=", want_timeout,
+				   NULL };
+	const char *m = missing(st, ws);
+	CHECK("debugfs-status", !m, "lacks '%s': %s", m ? m : "", st ? st : "(unreadable)");
+	const char *const wq[] = { "queue=0 prio=high state=", "queue=1 prio=normal state=", "queue=2 prio=normal state=",
+				   "queue=3 prio=low state=", " head=", " tail=", " inflight=", " jobs=", " busy_pct=",
+				   " cur_job=", NULL };
+	m = missing(q, wq);
+	CHECK("debugfs-queues", !m, "lacks '%s':\n%s", m ? m : "", q ? q : "(unreadable)");
+	char wc[96];
+	snprintf(wc, sizeof(wc), " pid=%d comm=exec_test mem=1048576 objects=1 mappings=1 contexts=1 jobs=1 busy_ns=",
+		 (int)getpid());
+	const char *const wcl[] = { "client=", wc, NULL };
+	m = missing(c, wcl);
+	CHECK("debugfs-clients", !m, "lacks '%s':\n%s", m ? m : "", c ? c : "(unreadable)");
+	const char *const wv[] = { " va=0x40000000 size=1048576 access=rw bo_offset=0\n", " pt_pages=4\n", NULL };
+	m = missing(v, wv);
+	CHECK("debugfs-vm", !m, "lacks '%s':\n%s", m ? m : "", v ? v : "(unreadable)");
+	free(st);
+	free(q);
+	free(c);
+	free(v);
+	gpu_close(&g);
+}
+
+/*
+ * Processes killed in the middle of submits and waits: one blocked in WAIT on a stalled job, one
+ * blocked in SUBMIT on a full ring. Nothing leaks (memory returns to 0, no client left), nothing
+ * warns (the guest verdict checks the log), and the device keeps working.
+ */
+static void test_killed(void)
+{
+	pid_t kids[2];
+
+	for (int k = 0; k < 2; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			struct gpu g;
+			__u32 ctx;
+			if (gpu_open(&g, 0) || ctx_create(&g, AIGPU_PRIORITY_LOW, &ctx))
+				_exit(2);
+			volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x70000);
+			*flag = 0;
+			__u64 va_w, va_f;
+			uint32_t *p = cmd_alloc(&g, 8, &va_w), *e = pkt_wait_mem(p, VA + 0x70000, 1);
+			uint32_t *f = cmd_alloc(&g, 8, &va_f), *fe = pkt_fill(f, VA + 0x71000, 64, 9);
+			struct sub s = submit1(&g, ctx, va_w, p, e, NULL, 0);
+			if (k == 0) {
+				wait_for(&g, ctx, s.seqno, 60000); /* blocked here when killed */
+			} else {
+				static struct drm_aigpu_cmdbuf cbs[256];
+				for (int i = 0; i < 256; i++)
+					cbs[i] = (struct drm_aigpu_cmdbuf){ .va = va_f, .size = (__u32)((fe - f) * 4) };
+				for (;;)
+					submit(&g, ctx, cbs, 256, NULL, 0, 0); /* blocks on the full ring */
+			}
+			_exit(0);
+		}
+	}
+	sleep_ms(300);
+	for (int k = 0; k < 2; k++)
+		kill(kids[k], SIGKILL);
+	int killed = 0;
+	for (int k = 0; k < 2; k++) {
+		int status = 0;
+		waitpid(kids[k], &status, 0);
+		killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+	}
+	/* The files are closed by now (exit closed them; release waited for or cancelled the work). */
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &ctx);
+	char *c = dfs("clients");
+	int clients = 0;
+	for (char *x = c; x && (x = strstr(x, "client=")); x++)
+		clients++;
+	struct drm_aigpu_query qy = { 0 };
+	rawioctl(g.fd, DRM_IOCTL_AIGPU_QUERY, &qy);
+	CHECK("killed-processes-cleaned-up", killed == 2 && r == 0 && clients == 1 && qy.mem_used == BUF_SIZE,
+	      "killed %d, setup %d, clients %d, mem_used %llu (want only this file's %u)", killed, r, clients,
+	      (unsigned long long)qy.mem_used, BUF_SIZE);
+	free(c);
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA + 0x72000, 64, 0x5a5a5a5au);
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = wait_for(&g, ctx, s.seqno, 10000);
+	CHECK("device-works-after-kills", s.rc == 0 && w.rc == 0 && *(volatile uint32_t *)(g.map + 0x72000) == 0x5a5a5a5au,
+	      "submit %d wait %d reason %u", s.rc, w.rc, w.reason);
+	gpu_close(&g);
+}
+
+/* Unload is refused while a debugfs file of the module is open (it names the module as owner). */
+static void test_unload_debugfs_open(void)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/status", DFS);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int r = delete_module("aigpu");
+	CHECK("unload-refused-while-debugfs-open", fd >= 0 && (r == -EWOULDBLOCK || r == -EBUSY), "open %d, unload rc=%d",
+	      fd, r);
+	if (fd >= 0)
+		close(fd);
+	if (r == 0)
+		load_module(EXEC_PARAMS);
+}
+
+/* A failed reset: the device is lost for every file and every ioctl, dmesg says so once, and once
+ * every file is closed the next open gets a working device (power cycle). */
+static void test_device_lost(void)
+{
+	struct gpu g, g2;
+	__u32 ctx, ctx2;
+	int r = gpu_open(&g, 0);
+	r = r ? r : gpu_open(&g2, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	r = r ? r : ctx_create(&g2, AIGPU_PRIORITY_NORMAL, &ctx2);
+	if (r) {
+		fail("device-lost", "setup rc=%d", r);
+		return;
+	}
+	const char *LOST = "aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV";
+	int before = klog_count(LOST);
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_hang(p);
+	r = dfs_write("inject_reset_failure", "1");
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = wait_for(&g, ctx, s.seqno, 30000);
+	CHECK("device-lost-wait", r == 0 && s.rc == 0 && w.rc == -ENODEV && w.reason == AIGPU_REASON_DEVICE_LOST,
+	      "inject %d, submit %d, wait rc=%d reason=%u", r, s.rc, w.rc, w.reason);
+	/* every ioctl, on both files */
+	struct gpu *gs[2] = { &g, &g2 };
+	__u32 ctxs[2] = { ctx, ctx2 };
+	int bad = 0;
+	char what[256] = "";
+	for (int i = 0; i < 2; i++) {
+		struct gpu *x = gs[i];
+		struct drm_aigpu_query q = { 0 };
+		struct drm_aigpu_gem_create gc = { .size = 4096 };
+		struct drm_aigpu_gem_mmap_offset mo = { .handle = x->bo };
+		struct drm_aigpu_vm_bind vb = { .handle = x->bo, .va = 0x80000000ull, .size = 4096, .access = RW };
+		struct drm_aigpu_vm_unbind vu = { .va = VA, .size = BUF_SIZE };
+		struct drm_aigpu_ctx_create cc = { .priority = 1 };
+		struct drm_aigpu_ctx_state cs = { .ctx_id = ctxs[i] };
+		struct drm_aigpu_wait wt = { .ctx_id = ctxs[i], .seqno = 0 };
+		struct { unsigned long req; void *arg; __u32 *reason; const char *name; } calls[] = {
+			{ DRM_IOCTL_AIGPU_QUERY, &q, &q.reason, "query" },
+			{ DRM_IOCTL_AIGPU_GEM_CREATE, &gc, &gc.reason, "gem_create" },
+			{ DRM_IOCTL_AIGPU_GEM_MMAP_OFFSET, &mo, &mo.reason, "mmap_offset" },
+			{ DRM_IOCTL_AIGPU_VM_BIND, &vb, &vb.reason, "vm_bind" },
+			{ DRM_IOCTL_AIGPU_VM_UNBIND, &vu, &vu.reason, "vm_unbind" },
+			{ DRM_IOCTL_AIGPU_CTX_CREATE, &cc, &cc.reason, "ctx_create" },
+			{ DRM_IOCTL_AIGPU_CTX_STATE, &cs, &cs.reason, "ctx_state" },
+			{ DRM_IOCTL_AIGPU_WAIT, &wt, &wt.reason, "wait" },
+		};
+		for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++) {
+			int rc = rawioctl(x->fd, calls[k].req, calls[k].arg);
+			if (rc != -ENODEV || *calls[k].reason != AIGPU_REASON_DEVICE_LOST) {
+				bad++;
+				snprintf(what + strlen(what), sizeof(what) - strlen(what), " file%d %s rc=%d reason=%u;", i,
+					 calls[k].name, rc, *calls[k].reason);
+			}
+		}
+		struct sub t = submit1(x, ctxs[i], va, p, e, NULL, 0);
+		if (t.rc != -ENODEV || t.reason != AIGPU_REASON_DEVICE_LOST) {
+			bad++;
+			snprintf(what + strlen(what), sizeof(what) - strlen(what), " file%d submit rc=%d reason=%u;", i, t.rc,
+				 t.reason);
+		}
+	}
+	CHECK("device-lost-every-ioctl-every-file", bad == 0, "%d wrong:%s", bad, what);
+	CHECK("device-lost-dmesg-once", klog_count(LOST) == before + 1, "'%s' %d times (was %d)", LOST, klog_count(LOST),
+	      before);
+	char *st = dfs("status");
+	CHECK("device-lost-status", st && strstr(st, "state=lost"), "status: %s", st ? st : "(unreadable)");
+	free(st);
+	/* The other device is unharmed. */
+	struct gpu g1;
+	__u32 c1;
+	r = gpu_open(&g1, 1);
+	r = r ? r : ctx_create(&g1, AIGPU_PRIORITY_NORMAL, &c1);
+	__u64 va1;
+	uint32_t *p1 = cmd_alloc(&g1, 8, &va1), *e1 = p1;
+	if (!r)
+		e1 = pkt_fill(p1, VA, 64, 1);
+	s = r ? (struct sub){ .rc = r } : submit1(&g1, c1, va1, p1, e1, NULL, 0);
+	w = s.rc ? (struct waited){ .rc = s.rc } : wait_for(&g1, c1, s.seqno, 10000);
+	CHECK("device-lost-other-device-unharmed", w.rc == 0, "rc=%d", w.rc);
+	gpu_close(&g1);
+	/* A third open while the lost device is still open elsewhere is lost too. */
+	struct gpu g3;
+	r = gpu_open(&g3, 0);
+	CHECK("device-lost-new-open-while-in-use", r == -ENODEV, "rc=%d", r);
+	gpu_close(&g3);
+	/* Context destroy still works (clean-up). */
+	struct drm_aigpu_ctx_destroy cd = { .ctx_id = ctx };
+	r = rawioctl(g.fd, DRM_IOCTL_AIGPU_CTX_DESTROY, &cd);
+	CHECK("device-lost-ctx-destroy-works", r == 0, "rc=%d reason=%u", r, cd.reason);
+	gpu_close(&g);
+	/* The second file destroys its context but stays open (as a process whose CPU mappings keep
+	 * the file alive): no context is left on the device, so the next open power-cycles it, and
+	 * the file that saw the loss stays lost. */
+	cd = (struct drm_aigpu_ctx_destroy){ .ctx_id = ctx2 };
+	r = rawioctl(g2.fd, DRM_IOCTL_AIGPU_CTX_DESTROY, &cd);
+	__u32 cx;
+	r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &cx);
+	p = cmd_alloc(&g, 8, &va);
+	e = p;
+	if (!r)
+		e = pkt_fill(p, VA + 64, 64, 0x600dd00du);
+	s = r ? (struct sub){ .rc = r } : submit1(&g, cx, va, p, e, NULL, 0);
+	w = s.rc ? (struct waited){ .rc = s.rc } : wait_for(&g, cx, s.seqno, 10000);
+	char *line = klog_find("aigpu aigpu0: device re-initialised", NULL);
+	CHECK("device-works-once-no-context-is-left", w.rc == 0 && line &&
+							      *(volatile uint32_t *)(g.map + 64) == 0x600dd00du,
+	      "setup %d submit %d wait %d, re-init line %s", r, s.rc, w.rc, line ? "present" : "missing");
+	free(line);
+	struct drm_aigpu_query q2 = { 0 };
+	r = rawioctl(g2.fd, DRM_IOCTL_AIGPU_QUERY, &q2);
+	CHECK("device-lost-sticky-for-files-that-saw-it", r == -ENODEV && q2.reason == AIGPU_REASON_DEVICE_LOST,
+	      "rc=%d reason=%u", r, q2.reason);
+	gpu_close(&g2);
+	gpu_close(&g);
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--module") && i + 1 < argc)
+			module_path = argv[++i];
+		else if (!strcmp(argv[i], "--params") && i + 1 < argc)
+			module_params = argv[++i];
+		else {
+			fprintf(stderr, "usage: %s --module PATH [--params STR]\n", argv[0]);
+			return 2;
+		}
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!module_path) {
+		fprintf(stderr, "exec_test: --module is required\n");
+		return 2;
+	}
+	int r = reload(EXEC_PARAMS);
+	CHECK("reload-with-exec-params", r == 0, "rc=%d (%s)", r, strerror(-r));
+	if (r == 0) {
+		test_submit_wait();
+		test_batch();
+		test_cross_queue();
+		test_wait_outcomes();
+		test_ring_full();
+		test_page_fault();
+		test_hang();
+		test_injections();
+		test_debugfs();
+		test_killed();
+		test_unload_debugfs_open();
+		test_device_lost();
+	}
+	r = reload(module_params);
+	CHECK("reload-with-suite-params", r == 0, "rc=%d (%s)", r, strerror(-r));
+	printf("exec_test: %d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
