@@ -24,7 +24,7 @@ use umd::abi::types::umdBuffer;
 use umd::context::Context;
 use umd::device::Device;
 use umd::memory::pool::config::Config;
-use umd::memory::pool::{FreeNote, Pool, Request};
+use umd::memory::pool::{FreeNote, Grant, Pool, Request};
 
 const RUNS: usize = 11;
 const SIZES: [(u64, &str); 3] = [(512, "512 B"), (64 << 10, "64 KiB"), (4 << 20, "4 MiB")];
@@ -143,13 +143,27 @@ fn main() {
         return;
     }
     if std::env::var_os("POOL_BENCH_PROFILE").is_some() {
-        // Only the single-thread 512 B hit loop, for a profiler.
-        let r = req(&ctxs[0], 512);
-        let ns = measure(1, 2_000_000, |_| {
-            let g = pool.alloc(&dev, &r).unwrap();
-            pool.free(&dev, black_box(g.block), FreeNote::default());
-        });
-        println!("hit 512 B: {ns:.1} ns");
+        // Only the hit loops (alternating with malloc), for a profiler; POOL_BENCH_PROFILE=4:
+        // with 4 threads.
+        let threads = std::env::var("POOL_BENCH_PROFILE").map_or(1, |v| v.parse().unwrap_or(1));
+        for (size, name) in SIZES {
+            let reqs: Vec<Request> = ctxs.iter().map(|c| req(c, size)).collect();
+            let iters =
+                std::env::var("POOL_BENCH_ITERS").map_or(1_000_000, |v| v.parse().unwrap_or(1));
+            let (hit, malloc, ratio) = measure_pair(
+                threads,
+                iters,
+                |t| {
+                    let g = pool.alloc(&dev, &reqs[t]).unwrap();
+                    pool.free(&dev, black_box(&g), FreeNote::default());
+                },
+                |_| {
+                    // SAFETY: plain malloc/free of the same pointer.
+                    unsafe { libc::free(black_box(libc::malloc(size as usize))) }
+                },
+            );
+            println!("hit {name}: {hit:.1} ns, malloc {malloc:.1} ns, {ratio:.2}x");
+        }
         return;
     }
     let abi_only = std::env::var_os("POOL_BENCH_ABI").is_some();
@@ -186,7 +200,7 @@ fn main() {
         let r = req(&ctxs[0], size);
         let hit = measure(1, 200_000, |_| {
             let g = pool.alloc(&dev, &r).unwrap();
-            pool.free(&dev, black_box(g.block), FreeNote::default());
+            pool.free(&dev, black_box(&g), FreeNote::default());
         });
         println!("| {name} | {abi:.1} | {hit:.1} | {:.1}x |", abi / hit);
     }
@@ -221,7 +235,7 @@ fn pairs(
             // Warm: one kernel object per thread's first block, then every pair is a hit.
             let warm: Vec<_> = reqs.iter().map(|r| pool.alloc(dev, r).unwrap()).collect();
             for g in warm {
-                pool.free(dev, g.block, FreeNote::default());
+                pool.free(dev, &g, FreeNote::default());
             }
             let before = pool.stats();
             let (hit, malloc, ratio) = measure_pair(
@@ -229,7 +243,7 @@ fn pairs(
                 200_000,
                 |t| {
                     let g = pool.alloc(dev, &reqs[t]).unwrap();
-                    pool.free(dev, black_box(g.block), FreeNote::default());
+                    pool.free(dev, black_box(&g), FreeNote::default());
                 },
                 |_| {
                     // SAFETY: plain malloc/free of the same pointer.
@@ -252,7 +266,7 @@ fn pairs(
             let reqs_off: Vec<Request> = ctxs_off.iter().map(|c| req(c, size)).collect();
             let off = measure(threads, raw_iters, |t| {
                 let g = pool_off.alloc(dev_off, &reqs_off[t]).unwrap();
-                pool_off.free(dev_off, black_box(g.block), FreeNote::default());
+                pool_off.free(dev_off, black_box(&g), FreeNote::default());
             });
             println!(
                 "| {name} | {threads} | {hit:.1} | {malloc:.1} | {raw:.0} | {off:.0} | {ratio:.2}x | {:.0}x | {:.0}x |",
@@ -352,17 +366,21 @@ fn trace(steps: usize) -> (Vec<Op>, usize) {
 /// in the first step.
 fn replay(dev: &Device, pool: &Pool, ctx: &Context, ops: &[Op], ids: usize) -> (Vec<f64>, u64) {
     pool.reset_peaks();
-    let mut live = vec![u32::MAX; ids];
+    let mut live: Vec<Option<Grant>> = vec![None; ids];
     let mut allocs = 0u64;
     let mut steps = Vec::new();
     let mut t = Instant::now();
     for op in ops {
         match *op {
             Op::Alloc(i, s) => {
-                live[i] = pool.alloc(dev, &req(ctx, s)).expect("trace alloc").block;
+                live[i] = Some(pool.alloc(dev, &req(ctx, s)).expect("trace alloc"));
                 allocs += 1;
             }
-            Op::Free(i) => pool.free(dev, live[i], FreeNote::default()),
+            Op::Free(i) => {
+                if let Some(g) = live[i].take() {
+                    pool.free(dev, &g, FreeNote::default());
+                }
+            }
             Op::Step => {
                 steps.push(t.elapsed().as_nanos() as f64);
                 t = Instant::now();

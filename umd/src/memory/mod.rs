@@ -14,7 +14,7 @@ use crate::device::Device;
 use crate::error::{umdResult, UmdError, UmdResult};
 use pool::history::Site;
 use pool::size_class::{PoolKind, MIN_BLOCK};
-use pool::{FreeNote, Pool, Request};
+use pool::{FreeNote, Grant, Pool, Request};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,9 +79,7 @@ pub struct Buffer {
     /// Served from cached memory.
     pub hit: bool,
     pool: Arc<Pool>,
-    block: u32,
-    seg: u32,
-    offset: u64,
+    grant: Grant,
     host: AtomicPtr<u8>,
     map_count: AtomicU32,
 }
@@ -182,9 +180,7 @@ impl Buffer {
             kind: g.kind,
             hit: g.hit,
             pool: ctx.pool.clone(),
-            block: g.block,
-            seg: g.seg,
-            offset: g.offset,
+            grant: g,
             host: AtomicPtr::new(std::ptr::null_mut()),
             map_count: AtomicU32::new(0),
         })
@@ -192,7 +188,7 @@ impl Buffer {
 
     /// The pool block (submit: the command buffer's own packets).
     pub fn block(&self) -> u32 {
-        self.block
+        self.grant.block
     }
 
     /// The pool it came from.
@@ -202,7 +198,7 @@ impl Buffer {
 
     /// Registers the C handle (for free by address).
     pub fn set_handle(&self, handle: u64) {
-        self.pool.set_handle(self.block, handle);
+        self.pool.set_handle(&self.grant, handle);
     }
 
     /// The persistent CPU mapping, created on first use.
@@ -211,7 +207,9 @@ impl Buffer {
         if !p.is_null() {
             return Ok(p);
         }
-        let p = self.pool.host_ptr(&self.device, self.seg, self.offset)?;
+        let p = self
+            .pool
+            .host_ptr(&self.device, self.grant.seg, self.grant.offset)?;
         self.host.store(p, Ordering::Release);
         Ok(p)
     }
@@ -298,7 +296,7 @@ impl Drop for Buffer {
             .then(|| Arc::new(Site::capture(std::panic::Location::caller())));
         self.pool.free(
             &self.device,
-            self.block,
+            &self.grant,
             FreeNote {
                 at_ns: pool::coarse_now_ns(),
                 site,

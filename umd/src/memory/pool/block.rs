@@ -22,6 +22,9 @@ pub enum State {
     /// Freed and reusable, kept uncoalesced on its bin's quick list: the next request of the
     /// same class takes it back in O(1) without splitting (coalesced lazily, see `Bins`).
     Quick,
+    /// Delegated to its context's cache (`cache.rs`): live or free there, the cache's slot
+    /// says which.
+    Cached,
     /// Record unused (on the free-slot list).
     Dead,
 }
@@ -57,6 +60,8 @@ pub struct Block {
     pub ctx_id: u64,
     /// Live: account slot of that context.
     pub acct: u32,
+    /// Cached: the slot in the cache of account `acct`.
+    pub slot: u32,
 }
 
 impl Block {
@@ -77,6 +82,7 @@ impl Block {
             requested: 0,
             ctx_id: 0,
             acct: 0,
+            slot: NIL,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The caching buffer pool (design §6, issue 6).
 //!
 //! One pool per open device (per GPU address space), shared by its contexts, behind one mutex
-//! (the model of PyTorch's CUDA caching allocator): requests are rounded to size classes
+//! (the model of PyTorch's CUDA caching allocator), with a small cache per context in front of it
+//! that serves the hit path without that mutex ([`cache`]: exact statistics, fence-gated reuse
+//! and validation unchanged). Requests are rounded to size classes
 //! ([`size_class`]); small ones are sub-allocated from 2 MiB slabs, large ones get their own
 //! kernel object; freed blocks are kept, coalesced with free neighbours and reused best-fit
 //! ([`block::Bins`]); a block freed while a submitted job may still use it waits for that job's
@@ -15,6 +17,7 @@
 //! on each, which is what gates their reuse.
 
 pub mod block;
+mod cache;
 pub mod config;
 pub mod history;
 pub mod size_class;
@@ -26,6 +29,7 @@ use crate::device::Device;
 use crate::errmap::{code_for, Op};
 use crate::error::{umdResult, UmdError, UmdResult};
 use block::{Bins, Block, State, NIL};
+use cache::{Budget, Cache, Slot, CACHES, DIMS};
 use config::Config;
 use history::{Event, EventKind, History, Site};
 use size_class::{pool_for, round, PoolKind, SLAB_SIZE};
@@ -95,13 +99,19 @@ pub struct Request {
     pub site: Option<Arc<Site>>,
 }
 
-/// What the pool handed out.
+/// What the pool handed out. (Laid out as three 16-byte units: a hit copies it whole, and the
+/// caller's wide loads then forward from wide stores instead of stalling on narrow ones.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(16))]
 pub struct Grant {
     /// Block id (give it back to [`Pool::free`]).
     pub block: u32,
     /// Segment.
     pub seg: u32,
+    /// Account slot of the allocating context.
+    pub acct: u32,
+    /// Slot in that context's cache (`u32::MAX`: not delegated).
+    pub slot: u32,
     /// Offset in the segment.
     pub offset: u64,
     /// GPU VA.
@@ -147,11 +157,13 @@ pub struct Ghost {
 impl Ghost {
     /// "buffer 12 (512 bytes at VA 0x200000, context 3), freed 4 ms ago at <site>".
     pub fn describe(&self) -> String {
-        let when = if self.at_ns != 0 {
-            let ms = coarse_now_ns().saturating_sub(self.at_ns) as f64 / 1e6;
-            format!("{ms:.1} ms ago (pool event #{})", self.seq)
-        } else {
-            format!("at pool event #{}", self.seq)
+        // seq 0: freed in a context cache, which does not number events (the history is off).
+        let ms = coarse_now_ns().saturating_sub(self.at_ns) as f64 / 1e6;
+        let when = match (self.at_ns, self.seq) {
+            (0, 0) => "at an unrecorded time".to_string(),
+            (_, 0) => format!("{ms:.1} ms ago"),
+            (0, seq) => format!("at pool event #{seq}"),
+            (_, seq) => format!("{ms:.1} ms ago (pool event #{seq})"),
         };
         let site = match &self.site {
             Some(s) => format!(" at {}", s.describe()),
@@ -194,6 +206,17 @@ pub enum AddrInfo {
     },
 }
 
+/// A block's fields as validation reads them (see `Inner::view`).
+struct BlockView {
+    state: State,
+    seg: u32,
+    offset: u64,
+    buffer: u64,
+    requested: u64,
+    ctx_id: u64,
+    handle: u64,
+}
+
 struct Account {
     ctx_id: u64,
     kmd_id: u32,
@@ -230,6 +253,16 @@ struct Inner {
     scratch: Vec<u32>,
     last_mark: (u64, u64, u64, usize),
     unpins: u64,
+    /// The context caches (also reached without this mutex: see [`cache`]).
+    caches: Arc<[Cache]>,
+    /// Caches may serve (pool on, history off, no release threshold).
+    fast: bool,
+    /// Account slots < CACHES of registered contexts.
+    registered: u64,
+    /// Some cache may hold a budget (cleared when every budget is revoked).
+    granted: bool,
+    /// Slots taken back from caches (reused buffer).
+    flushed: Vec<Slot>,
 }
 
 /// A device's pool.
@@ -240,6 +273,7 @@ pub struct Pool {
     /// Settings.
     pub config: Config,
     release_threshold: AtomicU64,
+    caches: Arc<[Cache]>,
     inner: Mutex<Inner>,
 }
 
@@ -302,6 +336,7 @@ impl Pool {
 
     fn new(dev: &Arc<Device>, config: Config) -> Pool {
         let history = (config.history > 0).then(|| History::new(config.history));
+        let caches: Arc<[Cache]> = (0..CACHES).map(|_| Cache::default()).collect();
         tracing::debug!(
             device = dev.id,
             enabled = config.enabled,
@@ -313,6 +348,7 @@ impl Pool {
             device_id: dev.id,
             device: Arc::downgrade(dev),
             release_threshold: AtomicU64::new(config.release_threshold),
+            caches: caches.clone(),
             inner: Mutex::new(Inner {
                 enabled: config.enabled,
                 blocks: Vec::new(),
@@ -336,6 +372,11 @@ impl Pool {
                 scratch: Vec::new(),
                 last_mark: (0, 0, 0, usize::MAX),
                 unpins: 0,
+                caches,
+                fast: config.enabled && config.history == 0 && config.release_threshold == u64::MAX,
+                registered: 0,
+                granted: false,
+                flushed: Vec::new(),
             }),
             config,
         }
@@ -364,7 +405,7 @@ impl Pool {
                 ..Default::default()
             },
         };
-        match g.free_accounts.pop() {
+        let slot = match g.free_accounts.pop() {
             Some(slot) => {
                 g.accounts[slot as usize] = acc;
                 slot
@@ -373,7 +414,12 @@ impl Pool {
                 g.accounts.push(acc);
                 (g.accounts.len() - 1) as u32
             }
+        };
+        if let Some(c) = self.caches.get(slot as usize) {
+            c.lock().reset(ctx_id, g.fast);
+            g.registered |= 1 << slot;
         }
+        slot
     }
 
     /// Forgets a destroyed context: its jobs are finished or cancelled, so the fences it
@@ -384,8 +430,21 @@ impl Pool {
         if let Some(a) = inner.accounts.get_mut(acct as usize) {
             a.live = false;
         }
+        if (acct as usize) < CACHES {
+            // Its cache goes back to the pool: free blocks to the bins, live ones (buffers that
+            // outlive the context) to the pool's records, the budget to the gauges.
+            inner.caches[acct as usize].lock().active = false;
+            inner.flush_cache(acct as usize, true);
+            inner.revoke(acct as usize);
+            inner.registered &= !(1 << acct);
+        }
         for b in inner.blocks.iter_mut() {
             b.uses.retain(|(s, _)| *s != acct);
+        }
+        for c in inner.caches.iter() {
+            for s in c.lock().slots.iter_mut() {
+                s.uses.retain(|u| u.0 != acct);
+            }
         }
         inner.free_accounts.push(acct);
         inner.process_pending(dev);
@@ -395,6 +454,9 @@ impl Pool {
 
     /// Per-context accounting of `acct`.
     pub fn ctx_stats(&self, acct: u32) -> CtxStats {
+        if let Some(c) = self.caches.get(acct as usize) {
+            return c.lock().ctx_stats();
+        }
         let g = self.lock();
         g.accounts
             .get(acct as usize)
@@ -404,38 +466,54 @@ impl Pool {
 
     /// Allocates a block for `req`. The caller has checked the size against the device
     /// (`UMD_ERR_MEM_TOO_LARGE`) and the flags.
+    #[inline(always)]
     pub fn alloc(&self, dev: &Device, req: &Request) -> UmdResult<Grant> {
+        // The hit path: this context's cache, without the pool mutex.
+        if let Some(c) = self.caches.get(req.acct as usize) {
+            if let Some(g) = c.enter().alloc(req) {
+                return Ok(*g);
+            }
+        }
+        self.alloc_slow(dev, req)
+    }
+
+    #[inline(never)]
+    fn alloc_slow(&self, dev: &Device, req: &Request) -> UmdResult<Grant> {
         let limit = dev.info.max_bo_size.min(dev.info.mem_total);
         let align = req.align.max(size_class::MIN_BLOCK);
         let kind = pool_for(req.size, align);
+        let fit = round(req.size, kind).filter(|c| *c <= limit);
         let page = size_class::align_up(req.size, PAGE).unwrap_or(u64::MAX);
         let mut g = self.lock();
         let inner = &mut *g;
         let class = if inner.enabled {
-            round(req.size, kind)
-                .filter(|c| *c <= limit)
-                .unwrap_or(page)
+            fit.unwrap_or(page)
         } else {
             page
         };
-        inner.recent[inner.recent_at % 64] = class;
-        inner.recent_at += 1;
+        inner.note(req, class);
         if inner.enabled {
             if !inner.pending.is_empty() {
                 // Blocks whose fences were seen signalled (waits and queries update the
                 // timelines): atomics only, no kernel call.
                 inner.process_pending(dev);
             }
-            if let Some(id) = inner.take(kind, req.read_only, class, align) {
+            if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
                 return Ok(inner.grant(id, req, true));
             }
             if !inner.pending.is_empty() {
                 // Ask the kernel how far the contexts got before creating a new object.
                 inner.refresh(dev, false);
                 if inner.process_pending(dev) > 0 {
-                    if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                    if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
                         return Ok(inner.grant(id, req, true));
                     }
+                }
+            }
+            // Free blocks parked in other contexts' caches, before a new kernel object.
+            if inner.flush_caches() > 0 {
+                if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
+                    return Ok(inner.grant(id, req, true));
                 }
             }
         }
@@ -460,7 +538,7 @@ impl Pool {
                     inner.refresh(dev, true);
                     inner.process_pending(dev);
                     if inner.enabled {
-                        if let Some(id) = inner.take(kind, req.read_only, class, align) {
+                        if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
                             return Ok(inner.grant(id, req, true));
                         }
                     }
@@ -473,6 +551,7 @@ impl Pool {
                     );
                 }
                 Err(SegErr::Oom(kmd, what)) => {
+                    inner.revoke_all(); // the detail reads true gauges
                     inner.stats.num_ooms += 1;
                     inner.event(
                         EventKind::Oom,
@@ -492,15 +571,32 @@ impl Pool {
         }
     }
 
-    /// Returns a block. Reuse waits for the fences of the jobs that used it.
-    pub fn free(&self, dev: &Device, block: u32, note: FreeNote) {
+    /// Returns the block of `grant`. Reuse waits for the fences of the jobs that used it.
+    #[inline(always)]
+    pub fn free(&self, dev: &Device, grant: &Grant, note: FreeNote) {
+        if let Some(c) = self.caches.get(grant.acct as usize) {
+            // The hit path's other half: back into the context's cache when idle.
+            if c.enter().free(grant, note.at_ns, || dev.is_lost()) {
+                if c.parked.load(Ordering::Relaxed) == 0 {
+                    c.parked.store(1, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+        self.free_slow(dev, grant, note)
+    }
+
+    #[inline(never)]
+    fn free_slow(&self, dev: &Device, grant: &Grant, note: FreeNote) {
+        let block = grant.block;
         let mut g = self.lock();
         let inner = &mut *g;
-        if inner
-            .blocks
-            .get(block as usize)
-            .is_none_or(|b| b.state != State::Live)
-        {
+        let live = match inner.blocks.get(block as usize).map(|b| b.state) {
+            Some(State::Live) => true,
+            Some(State::Cached) => inner.undelegate_live(block),
+            _ => false,
+        };
+        if !live {
             tracing::error!(block, "pool: free of a block that is not live (driver bug)");
             return;
         }
@@ -511,10 +607,19 @@ impl Pool {
         }
     }
 
-    /// Registers the C handle of the buffer holding `block` (free by address).
-    pub fn set_handle(&self, block: u32, handle: u64) {
+    /// Registers the C handle of the buffer holding the block of `grant` (free by address).
+    pub fn set_handle(&self, grant: &Grant, handle: u64) {
+        if let Some(c) = self.caches.get(grant.acct as usize) {
+            if let Some(s) = c.enter().slot_mut(grant.slot, grant.block) {
+                s.handle = handle;
+                return;
+            }
+        }
         let mut g = self.lock();
-        if let Some(h) = g.handles.get_mut(block as usize) {
+        let inner = &mut *g;
+        if inner.state(grant.block) == Some(State::Cached) {
+            inner.with_slot(grant.block, |s| s.handle = handle);
+        } else if let Some(h) = inner.handles.get_mut(grant.block as usize) {
             *h = handle;
         }
     }
@@ -551,6 +656,7 @@ impl Pool {
         let mut g = self.lock();
         let inner = &mut *g;
         inner.stats.num_trims += 1;
+        inner.flush_caches();
         inner.refresh(dev, false);
         inner.process_pending(dev);
         let r = inner.release_empty(dev, keep);
@@ -562,27 +668,53 @@ impl Pool {
     pub fn set_release_threshold(&self, dev: &Device, bytes: u64) {
         self.release_threshold.store(bytes, Ordering::Relaxed);
         let mut g = self.lock();
+        // Caches hold free memory the threshold could not release: off while one is set.
+        let fast = g.enabled && g.history.is_none() && bytes == u64::MAX;
+        if fast != g.fast {
+            g.fast = fast;
+            for i in bits(g.registered) {
+                g.caches[i].lock().active = fast;
+            }
+            if !fast {
+                g.flush_caches();
+                g.revoke_all();
+            }
+        }
         g.release_empty(dev, bytes);
     }
 
     /// Resets every peak to its current value.
     pub fn reset_peaks(&self) {
         let mut g = self.lock();
+        g.revoke_all(); // `current` becomes the true value
         g.stats.reset_peaks();
         for a in g.accounts.iter_mut() {
-            a.stats.allocated_bytes.peak = a.stats.allocated_bytes.current;
-            a.stats.requested_bytes.peak = a.stats.requested_bytes.current;
-            a.stats.allocation_count.peak = a.stats.allocation_count.current;
+            a.stats.reset_peaks();
+        }
+        for c in g.caches.iter() {
+            c.lock().stats.reset_peaks();
         }
     }
 
     /// A snapshot of the statistics (computes the largest free block and fragmentation).
     pub fn stats(&self) -> Stats {
         let mut g = self.lock();
-        // Report the coalesced view (quick blocks merged), as if every free had coalesced.
+        // Report the coalesced view (cached and quick blocks merged), as if every free had
+        // coalesced.
+        g.flush_caches();
         g.flush_all_quick();
         let mut s = g.stats.clone();
-        let recent = g.recent.iter().copied().max().unwrap_or(0);
+        let mut recent = g.recent.iter().copied().max().unwrap_or(0);
+        // Add what the caches did on their own; take their budgets out of `current`.
+        for c in g.caches.iter() {
+            let d = c.lock();
+            let (counts, budget) = (d.counts(), d.budget());
+            for kind in [PoolKind::Small, PoolKind::Large] {
+                let (c, b) = (&counts[cache::k(kind)], &budget[cache::k(kind)]);
+                s.fold(kind, [c[0], c[1], c[2]], [c[3], c[4], c[5]], b);
+            }
+            recent = recent.max(d.recent.iter().copied().max().unwrap_or(0));
+        }
         s.largest_recent_request = recent;
         let (largest, frag) = g.free_profile(recent);
         s.largest_free_block = largest;
@@ -617,12 +749,12 @@ impl Pool {
         let g = self.lock();
         match g.lookup(va) {
             Some(id) => {
-                let b = &g.blocks[id as usize];
+                let (b, ghost) = g.view(id);
                 let start = g.segs[b.seg as usize].va + b.offset;
                 match b.state {
                     State::Live if start == va => AddrInfo::Live {
                         buffer: b.buffer,
-                        handle: g.handles.get(id as usize).copied().unwrap_or(0),
+                        handle: b.handle,
                         ctx_id: b.ctx_id,
                     },
                     State::Live => AddrInfo::Interior {
@@ -630,9 +762,12 @@ impl Pool {
                         start,
                         requested: b.requested,
                     },
-                    _ => match g.ghost_at(va, true) {
-                        Some(gh) => AddrInfo::Freed(gh.clone()),
-                        None => AddrInfo::Unknown { in_pool: true },
+                    _ => match ghost.filter(|_| start == va) {
+                        Some(gh) => AddrInfo::Freed(gh),
+                        None => match g.ghost_at(va, true) {
+                            Some(gh) => AddrInfo::Freed(gh.clone()),
+                            None => AddrInfo::Unknown { in_pool: true },
+                        },
                     },
                 }
             }
@@ -656,11 +791,8 @@ impl Pool {
         let inner = &mut *g;
         let mut pinned: Vec<u32> = Vec::with_capacity(cmdbufs.len() * 2);
         for &(i, accesses, own) in cmdbufs {
-            if let Some(b) = inner.blocks.get_mut(own as usize) {
-                if b.state == State::Live {
-                    b.pins += 1;
-                    pinned.push(own);
-                }
+            if inner.pin(own) {
+                pinned.push(own);
             }
             let mut cur: (u64, u64) = (1, 0); // [start, end) of the last live block checked
             for a in accesses {
@@ -669,7 +801,7 @@ impl Pool {
                 }
                 match inner.check_access(i, a) {
                     Ok(Some((id, start, end))) => {
-                        inner.blocks[id as usize].pins += 1;
+                        inner.pin(id);
                         pinned.push(id);
                         cur = (start, end);
                     }
@@ -688,9 +820,27 @@ impl Pool {
     /// unpins them.
     pub fn stamp(&self, pinned: &[u32], acct: u32, seqno: u64) {
         let mut g = self.lock();
-        g.unpins += 1;
+        let inner = &mut *g;
+        inner.unpins += 1;
+        let Some(tl) = inner
+            .accounts
+            .get(acct as usize)
+            .map(|a| a.timeline.clone())
+        else {
+            return;
+        };
         for &id in pinned {
-            let b = &mut g.blocks[id as usize];
+            if inner.state(id) == Some(State::Cached) {
+                inner.with_slot(id, |s| {
+                    s.pins = s.pins.saturating_sub(1);
+                    match s.uses.iter_mut().find(|u| u.0 == acct) {
+                        Some(u) => u.1 = u.1.max(seqno),
+                        None => s.uses.push((acct, seqno, tl.clone())),
+                    }
+                });
+                continue;
+            }
+            let b = &mut inner.blocks[id as usize];
             b.pins = b.pins.saturating_sub(1);
             match b.uses.iter_mut().find(|(s, _)| *s == acct) {
                 Some(u) => u.1 = u.1.max(seqno),
@@ -705,7 +855,146 @@ impl Pool {
     }
 }
 
+/// Takes budgets given back by a cache out of the gauges' `current`.
+fn unbudget(stats: &mut Stats, b: &Budget) {
+    for kind in [PoolKind::Small, PoolKind::Large] {
+        for (d, &n) in b[cache::k(kind)].iter().enumerate() {
+            if n > 0 {
+                stats.shift(kind, d, n, false);
+            }
+        }
+    }
+}
+
+/// The indices of the set bits of `m`.
+fn bits(m: u64) -> impl Iterator<Item = usize> {
+    (0..64).filter(move |i| m & (1 << i) != 0)
+}
+
 impl Inner {
+    /// Remembers a request's class (largest recent request): in the context's cache, which
+    /// keeps each context's last 64, or in the pool's ring for contexts without one.
+    fn note(&mut self, req: &Request, class: u64) {
+        if let Some(c) = self.caches.get(req.acct as usize) {
+            let mut d = c.lock();
+            if d.ctx_id == req.ctx_id {
+                d.note(class);
+                return;
+            }
+        }
+        self.recent[self.recent_at % 64] = class;
+        self.recent_at += 1;
+    }
+
+    /// Before raising the gauges of `kind` by `up` (per budget dimension): if that would pass
+    /// a peak while caches may hold budgets, revokes them all, so that `current` is the true
+    /// value and the peak the operation sets is exact.
+    fn room(&mut self, kind: PoolKind, up: [u64; DIMS]) {
+        if self.granted && (0..DIMS).any(|d| up[d] > 0 && self.stats.would_peak(kind, d, up[d])) {
+            self.revoke_all();
+        }
+    }
+
+    /// Takes every cache's budget back.
+    fn revoke_all(&mut self) {
+        if self.granted {
+            for i in 0..self.caches.len() {
+                self.revoke(i);
+            }
+            self.granted = false;
+        }
+    }
+
+    /// Takes cache `i`'s budget back (a hit or free there then needs the pool mutex once).
+    fn revoke(&mut self, i: usize) {
+        let b = self.caches[i].lock().revoke();
+        unbudget(&mut self.stats, &b);
+    }
+
+    /// Takes the free blocks of every cache back (to the quick lists); returns how many.
+    fn flush_caches(&mut self) -> usize {
+        let mut n = 0;
+        for i in bits(self.registered) {
+            if self.caches[i].parked.load(Ordering::Relaxed) > 0 {
+                n += self.flush_cache(i, false);
+            }
+        }
+        n
+    }
+
+    /// Takes the free blocks of cache `i` back (`live`: its live ones too, whose buffers
+    /// outlive their context); returns how many.
+    fn flush_cache(&mut self, i: usize, live: bool) -> usize {
+        let mut out = std::mem::take(&mut self.flushed);
+        let mut b = [[0; DIMS]; 2];
+        let ctx_id = {
+            let c = &self.caches[i];
+            let mut d = c.lock();
+            d.drain(live, &mut out, &mut b);
+            c.parked.store(0, Ordering::Relaxed);
+            d.ctx_id
+        };
+        unbudget(&mut self.stats, &b);
+        let n = out.len();
+        for s in out.drain(..) {
+            if s.live {
+                self.adopt_live(s, ctx_id);
+                continue;
+            }
+            self.remember(Ghost {
+                va: s.g.va,
+                requested: s.requested,
+                size: s.g.size,
+                buffer: s.buffer,
+                ctx_id,
+                seq: 0,
+                at_ns: s.at_ns,
+                site: None,
+            });
+            self.make_free(None, s.g.block);
+        }
+        self.flushed = out;
+        n
+    }
+
+    /// Takes delegated live block `id` back from its cache; false if its slot is not live.
+    fn undelegate_live(&mut self, id: u32) -> bool {
+        let (acct, slot) = {
+            let b = &self.blocks[id as usize];
+            (b.acct, b.slot)
+        };
+        let Some(c) = self.caches.get(acct as usize) else {
+            return false;
+        };
+        let mut b = [[0; DIMS]; 2];
+        let (s, ctx_id) = {
+            let mut d = c.lock();
+            (d.take_live(slot, id, &mut b), d.ctx_id)
+        };
+        unbudget(&mut self.stats, &b);
+        match s {
+            Some(s) => {
+                self.adopt_live(s, ctx_id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records a live block coming back from a cache in the pool's own fields.
+    fn adopt_live(&mut self, s: Slot, ctx_id: u64) {
+        let id = s.g.block;
+        self.handles[id as usize] = s.handle;
+        let b = &mut self.blocks[id as usize];
+        b.state = State::Live;
+        b.slot = NIL;
+        b.buffer = s.buffer;
+        b.requested = s.requested;
+        b.ctx_id = ctx_id;
+        b.pins = s.pins;
+        b.uses = s.uses.iter().map(|u| (u.0, u.1)).collect();
+    }
+
     fn new_block(&mut self, b: Block) -> u32 {
         match self.free_slots.pop() {
             Some(id) => {
@@ -760,7 +1049,7 @@ impl Inner {
     }
 
     /// A free block for `class` bytes aligned to `align`, carved out of the best-fitting bin.
-    fn take(&mut self, kind: PoolKind, ro: bool, class: u64, align: u64) -> Option<u32> {
+    fn take(&mut self, acct: u32, kind: PoolKind, ro: bool, class: u64, align: u64) -> Option<u32> {
         let gran = kind.granule();
         let need = if align > gran {
             class.checked_add(align - gran)?
@@ -769,6 +1058,17 @@ impl Inner {
         };
         let bin = bin_of(kind, ro);
         if align <= gran {
+            if let Some(id) = self.bins[bin].quick_pop(&mut self.blocks, class) {
+                return Some(id);
+            }
+        }
+        // Blocks parked in the context's own cache are free memory too: best fit sees them
+        // (coalesced). Other contexts' caches are left alone until a new kernel object would be
+        // needed (`Pool::alloc`): taking them would stall the threads using them.
+        let own = (acct as usize) < CACHES
+            && self.caches[acct as usize].parked.load(Ordering::Relaxed) > 0
+            && self.flush_cache(acct as usize, false) > 0;
+        if own && align <= gran {
             if let Some(id) = self.bins[bin].quick_pop(&mut self.blocks, class) {
                 return Some(id);
             }
@@ -846,6 +1146,7 @@ impl Inner {
         b.next = nid;
         self.segs[seg as usize].set_head(off + at, nid);
         let kind = self.segs[seg as usize].kind;
+        self.room(kind, [0, 0, 0, 0, 1]);
         self.stats.cached_count.add(kind, 1);
         nid
     }
@@ -870,7 +1171,8 @@ impl Inner {
             s.listed = false;
         }
         s.busy += 1;
-        let (kind, va) = (s.kind, s.va + offset);
+        let (kind, va, ro) = (s.kind, s.va + offset, s.read_only);
+        self.room(kind, [size, req.size, 1, 0, 0]);
         let st = &mut self.stats;
         st.allocated_bytes.add(kind, size);
         st.requested_bytes.add(kind, req.size);
@@ -883,16 +1185,51 @@ impl Inner {
         if hit {
             st.num_cache_hits += 1;
         }
-        if let Some(a) = self.accounts.get_mut(req.acct as usize) {
-            if a.ctx_id == req.ctx_id {
-                a.stats.allocated_bytes.add(size);
-                a.stats.requested_bytes.add(req.size);
-                a.stats.allocation_count.add(1);
-                a.stats.num_allocs += 1;
-                if hit {
-                    a.stats.num_cache_hits += 1;
+        // Per-context accounting, and delegation to the context's cache: the block's free (and
+        // the next same-size allocation) then skip the pool mutex. It brings the cached budget
+        // its free will spend (what this allocation just took off the cached gauges).
+        let mut g = Grant {
+            block: id,
+            seg,
+            offset,
+            va,
+            size,
+            kind,
+            hit,
+            acct: req.acct,
+            slot: NIL,
+        };
+        if let Some(c) = self.caches.get(req.acct as usize) {
+            let mut d = c.lock();
+            if d.ctx_id == req.ctx_id {
+                let st = &d.stats;
+                if st.allocated_bytes.current + size > st.allocated_bytes.peak
+                    || st.requested_bytes.current + req.size > st.requested_bytes.peak
+                    || st.allocation_count.current >= st.allocation_count.peak
+                {
+                    // A new peak of the context: its `current` must be true first.
+                    let b = d.revoke();
+                    unbudget(&mut self.stats, &b);
+                }
+                d.stats.on_alloc(size, req.size, hit);
+                if d.active {
+                    if let Some(i) = d.insert(cache::CacheData::live_slot(g, ro, req)) {
+                        g.slot = i;
+                    }
                 }
             }
+        } else if let Some(a) = self.accounts.get_mut(req.acct as usize) {
+            if a.ctx_id == req.ctx_id {
+                a.stats.on_alloc(size, req.size, hit);
+            }
+        }
+        if g.slot != NIL {
+            self.stats.shift(kind, 3, size, true);
+            self.stats.shift(kind, 4, 1, true);
+            self.granted = true;
+            let b = &mut self.blocks[id as usize];
+            b.state = State::Cached;
+            b.slot = g.slot;
         }
         let ev = if hit {
             EventKind::Reuse
@@ -910,23 +1247,90 @@ impl Inner {
             req.tag.as_ref(),
             req.site.as_ref(),
         );
-        Grant {
-            block: id,
-            seg,
-            offset,
-            va,
-            size,
-            kind,
-            hit,
-        }
+        g
     }
 
     fn unpin(&mut self, pinned: &[u32]) {
         self.unpins += 1;
         for &id in pinned {
-            let b = &mut self.blocks[id as usize];
-            b.pins = b.pins.saturating_sub(1);
+            if self.state(id) == Some(State::Cached) {
+                self.with_slot(id, |s| s.pins = s.pins.saturating_sub(1));
+            } else {
+                let b = &mut self.blocks[id as usize];
+                b.pins = b.pins.saturating_sub(1);
+            }
         }
+    }
+
+    /// Pins live block `id` (a submit is checking it); false if it is not live.
+    fn pin(&mut self, id: u32) -> bool {
+        match self.state(id) {
+            Some(State::Live) => {
+                self.blocks[id as usize].pins += 1;
+                true
+            }
+            Some(State::Cached) => self
+                .with_slot(id, |s| {
+                    s.pins += s.live as u32;
+                    s.live
+                })
+                .unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    fn state(&self, id: u32) -> Option<State> {
+        self.blocks.get(id as usize).map(|b| b.state)
+    }
+
+    /// Runs `f` on the cache slot of delegated block `id`.
+    fn with_slot<R>(&self, id: u32, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
+        let b = &self.blocks[id as usize];
+        let mut d = self.caches.get(b.acct as usize)?.lock();
+        d.slot_mut(b.slot, id).map(f)
+    }
+
+    /// Block `id` as validation sees it: a delegated block's live fields and state come from its
+    /// cache slot (Live, or Free with the ghost of its last buffer).
+    fn view(&self, id: u32) -> (BlockView, Option<Ghost>) {
+        let b = &self.blocks[id as usize];
+        let mut v = BlockView {
+            state: b.state,
+            seg: b.seg,
+            offset: b.offset,
+            buffer: b.buffer,
+            requested: b.requested,
+            ctx_id: b.ctx_id,
+            handle: self.handles.get(id as usize).copied().unwrap_or(0),
+        };
+        if b.state != State::Cached {
+            return (v, None);
+        }
+        let Some(c) = self.caches.get(b.acct as usize) else {
+            return (v, None);
+        };
+        let mut d = c.lock();
+        let ctx_id = d.ctx_id;
+        let Some(s) = d.slot_mut(b.slot, id) else {
+            return (v, None);
+        };
+        (v.buffer, v.requested, v.ctx_id, v.handle) = (s.buffer, s.requested, ctx_id, s.handle);
+        if s.live {
+            v.state = State::Live;
+            return (v, None);
+        }
+        v.state = State::Free;
+        let ghost = Ghost {
+            va: s.g.va,
+            requested: s.requested,
+            size: s.g.size,
+            buffer: s.buffer,
+            ctx_id,
+            seq: 0,
+            at_ns: s.at_ns,
+            site: None,
+        };
+        (v, Some(ghost))
     }
 
     /// Live -> pending or free.
@@ -949,6 +1353,7 @@ impl Inner {
             (s.kind, s.va + offset)
         };
         self.handles[id as usize] = 0;
+        self.room(kind, [0, 0, 0, size, 1]);
         let st = &mut self.stats;
         st.allocated_bytes.sub(kind, size);
         st.requested_bytes.sub(kind, requested);
@@ -956,12 +1361,14 @@ impl Inner {
         st.allocation_count.sub(kind, 1);
         st.cached_count.add(kind, 1);
         st.num_frees += 1;
-        if let Some(a) = self.accounts.get_mut(acct as usize) {
+        if let Some(c) = self.caches.get(acct as usize) {
+            let mut d = c.lock();
+            if d.ctx_id == ctx_id {
+                d.stats.on_free(size, requested);
+            }
+        } else if let Some(a) = self.accounts.get_mut(acct as usize) {
             if a.ctx_id == ctx_id {
-                a.stats.allocated_bytes.sub(size);
-                a.stats.requested_bytes.sub(requested);
-                a.stats.allocation_count.sub(1);
-                a.stats.num_frees += 1;
+                a.stats.on_free(size, requested);
             }
         }
         let deferred = !self.reusable(id, lost);
@@ -991,13 +1398,7 @@ impl Inner {
             at_ns: note.at_ns,
             site: note.site,
         };
-        // A ring: overwrite the oldest in place.
-        if self.ghosts.len() < GHOSTS {
-            self.ghosts.push(g);
-        } else {
-            self.ghosts[self.ghost_at % GHOSTS] = g;
-        }
-        self.ghost_at = self.ghost_at.wrapping_add(1);
+        self.remember(g);
         if deferred {
             self.blocks[id as usize].state = State::Pending;
             self.pending.push_back(id);
@@ -1005,8 +1406,18 @@ impl Inner {
         } else {
             self.stats.active_bytes.sub(kind, size);
             self.stats.active_count.sub(kind, 1);
-            self.make_free(dev, id);
+            self.make_free(Some(dev), id);
         }
+    }
+
+    /// Keeps a freed buffer for reports (a ring: overwrites the oldest in place).
+    fn remember(&mut self, g: Ghost) {
+        if self.ghosts.len() < GHOSTS {
+            self.ghosts.push(g);
+        } else {
+            self.ghosts[self.ghost_at % GHOSTS] = g;
+        }
+        self.ghost_at = self.ghost_at.wrapping_add(1);
     }
 
     /// What changes whenever a pending block may have become reusable: every term only grows
@@ -1074,7 +1485,7 @@ impl Inner {
                     None,
                     None,
                 );
-                self.make_free(dev, id);
+                self.make_free(Some(dev), id);
                 moved += 1;
             } else {
                 i += 1;
@@ -1126,7 +1537,7 @@ impl Inner {
     /// Pending or live -> free: straight onto the quick list when possible, else coalesced with
     /// free neighbours and binned; an emptied segment is listed for release (released at once
     /// with the pool off).
-    fn make_free(&mut self, dev: &Device, id: u32) {
+    fn make_free(&mut self, dev: Option<&Device>, id: u32) {
         let seg = self.blocks[id as usize].seg;
         {
             let b = &mut self.blocks[id as usize];
@@ -1144,7 +1555,9 @@ impl Inner {
         let merged = self.coalesce_and_bin(id);
         let s = &self.segs[seg as usize];
         if !self.enabled && s.busy == 0 && self.blocks[merged as usize].size == s.size {
-            self.release_segment(dev, seg);
+            if let Some(dev) = dev {
+                self.release_segment(dev, seg);
+            }
         }
     }
 
@@ -1277,6 +1690,7 @@ impl Inner {
         }
         self.index.insert(va, seg_id);
         self.bins[bin_of(kind, ro)].insert(&mut self.blocks, first);
+        self.room(kind, [0, 0, 0, size, 1]);
         let st = &mut self.stats;
         st.reserved_bytes.add(kind, size);
         st.cached_bytes.add(kind, size);
@@ -1363,6 +1777,9 @@ impl Inner {
     fn release_empty(&mut self, dev: &Device, keep: u64) -> u64 {
         let mut released = 0;
         if self.stats.cached_bytes.all().current > keep {
+            // Cached blocks back to the bins, budgets back to the gauges: `current` is true.
+            self.flush_caches();
+            self.revoke_all();
             self.flush_all_quick();
         }
         while self.stats.cached_bytes.all().current > keep {
@@ -1434,7 +1851,7 @@ impl Inner {
                 None => Ok(None),
             };
         };
-        let b = &self.blocks[id as usize];
+        let (b, ghost) = self.view(id);
         let start = self.segs[b.seg as usize].va + b.offset;
         match b.state {
             State::Live => {
@@ -1454,7 +1871,7 @@ impl Inner {
                 )
                 .fault_va(end))
             }
-            _ => match self.ghost_at(a.va, false) {
+            _ => match ghost.as_ref().or_else(|| self.ghost_at(a.va, false)) {
                 Some(g) => Err(UmdError::new(
                     umdResult::UMD_ERR_MEM_USE_AFTER_FREE,
                     format!(

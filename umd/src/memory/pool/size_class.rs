@@ -51,6 +51,7 @@ impl PoolKind {
 }
 
 /// The pool a request of `size` bytes aligned to `align` goes to.
+#[inline]
 pub fn pool_for(size: u64, align: u64) -> PoolKind {
     if size <= SMALL_MAX && align <= SMALL_MAX_ALIGN {
         PoolKind::Small
@@ -59,6 +60,7 @@ pub fn pool_for(size: u64, align: u64) -> PoolKind {
     }
 }
 
+#[inline]
 fn log2_floor(v: u64) -> u32 {
     63 - v.leading_zeros()
 }
@@ -72,6 +74,7 @@ pub fn align_up(v: u64, p: u64) -> Option<u64> {
 
 /// The size class of a request: the block size the pool hands out for it. `None` when the
 /// rounding overflows.
+#[inline]
 pub fn round(size: u64, kind: PoolKind) -> Option<u64> {
     let size = size.max(1);
     match kind {
@@ -90,6 +93,26 @@ pub fn round(size: u64, kind: PoolKind) -> Option<u64> {
             align_up(size, step)
         }
     }
+}
+
+/// The requests of pool `kind` that round to `class` are those in `(floor, class]`: `floor`,
+/// or `None` when `class` is not a size class of `kind`.
+pub fn class_floor(class: u64, kind: PoolKind) -> Option<u64> {
+    let below = |n: u64| {
+        class
+            .checked_sub(n)
+            .filter(|f| round(f + 1, kind) == Some(class))
+    };
+    let floor = match kind {
+        PoolKind::Small if class > SMALL_MAX => return None,
+        PoolKind::Small if class <= 4096 => below(MIN_BLOCK)?,
+        PoolKind::Small => below(1 << (log2_floor(class - 1) - 2))?,
+        PoolKind::Large => {
+            let p = log2_floor(class.saturating_sub(1).max(1));
+            below((1u64 << p.saturating_sub(3)).clamp(LARGE_GRANULE, LARGE_MAX_STEP))?
+        }
+    };
+    (floor == 0 || round(floor, kind).is_some_and(|c| c < class)).then_some(floor)
 }
 
 /// Sub-bins per power of two.
@@ -160,6 +183,23 @@ mod tests {
         assert_eq!(pool_for(1 << 20, 512), PoolKind::Small);
         assert_eq!(pool_for((1 << 20) + 1, 512), PoolKind::Large);
         assert_eq!(pool_for(512, 1 << 20), PoolKind::Large);
+    }
+
+    #[test]
+    fn class_floors_bound_exactly_the_requests_of_a_class() {
+        for (kind, max) in [(PoolKind::Small, SMALL_MAX), (PoolKind::Large, 64 << 20)] {
+            let mut r = 1u64;
+            while r <= max {
+                let c = round(r, kind).unwrap();
+                let f = class_floor(c, kind).unwrap_or_else(|| panic!("{kind:?} {r} -> {c}"));
+                assert!(f < r && r <= c, "{kind:?} {r}: ({f}, {c}]");
+                assert_eq!(round(f + 1, kind), Some(c));
+                assert!(f == 0 || round(f, kind).unwrap() < c);
+                r += 1 + r / 7;
+            }
+        }
+        assert_eq!(class_floor(1000, PoolKind::Small), None);
+        assert_eq!(class_floor(5 << 20, PoolKind::Small), None);
     }
 
     #[test]

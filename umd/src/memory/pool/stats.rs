@@ -45,6 +45,11 @@ impl Counter {
         self.current = self.current.saturating_sub(n);
         self.freed += n;
     }
+    /// Removes `n` from `current` only (a budget given back, see `cache.rs`).
+    #[inline]
+    pub(crate) fn down(&mut self, n: u64) {
+        self.current = self.current.saturating_sub(n);
+    }
 }
 
 /// Index of the all-pools entry of a gauge array.
@@ -91,6 +96,44 @@ impl Gauge {
     fn reset_peak(&mut self) {
         for c in &mut self.0 {
             c.peak = c.current;
+        }
+    }
+    /// The entries a change of `kind` touches.
+    fn both(&mut self, kind: PoolKind) -> [&mut Counter; 2] {
+        let [all, small, large] = &mut self.0;
+        [
+            all,
+            if kind == PoolKind::Small {
+                small
+            } else {
+                large
+            },
+        ]
+    }
+    /// Adding `n` to `kind` would raise a peak.
+    fn would_peak(&self, kind: PoolKind, n: u64) -> bool {
+        [ALL, idx(kind)]
+            .iter()
+            .any(|&i| self.0[i].current + n > self.0[i].peak)
+    }
+    /// Moves `n` between `current` and a cache's budget (`out`: budget handed out); the
+    /// cumulative fields and the peak stay.
+    fn shift(&mut self, kind: PoolKind, n: u64, out: bool) {
+        for c in self.both(kind) {
+            c.current = if out {
+                c.current + n
+            } else {
+                c.current.saturating_sub(n)
+            };
+        }
+    }
+    /// Adds a cache's own changes: cumulative `added` / `removed`, and `budget` (held in
+    /// `current`, not real).
+    fn fold(&mut self, kind: PoolKind, added: u64, removed: u64, budget: u64) {
+        for c in self.both(kind) {
+            c.allocated += added;
+            c.freed += removed;
+            c.current = c.current.saturating_sub(budget);
         }
     }
 }
@@ -158,6 +201,56 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// The gauges of budget dimension `d` (see `cache.rs`).
+    fn dim(&mut self, d: usize) -> (&mut Gauge, Option<&mut Gauge>) {
+        match d {
+            0 => (&mut self.allocated_bytes, Some(&mut self.active_bytes)),
+            1 => (&mut self.requested_bytes, None),
+            2 => (&mut self.allocation_count, Some(&mut self.active_count)),
+            3 => (&mut self.cached_bytes, None),
+            _ => (&mut self.cached_count, None),
+        }
+    }
+
+    /// Raising dimension `d` of `kind` by `n` would pass a peak (as `current` counts budgets).
+    pub(crate) fn would_peak(&mut self, kind: PoolKind, d: usize, n: u64) -> bool {
+        let (a, b) = self.dim(d);
+        a.would_peak(kind, n) || b.is_some_and(|b| b.would_peak(kind, n))
+    }
+
+    /// Hands `n` of dimension `d` out to a cache's budget (`out`) or takes it back.
+    pub(crate) fn shift(&mut self, kind: PoolKind, d: usize, n: u64, out: bool) {
+        let (a, b) = self.dim(d);
+        a.shift(kind, n, out);
+        if let Some(b) = b {
+            b.shift(kind, n, out);
+        }
+    }
+
+    /// Adds what a context cache did on its own (`alloc` / `free`: bytes, requested bytes,
+    /// blocks of its hits and frees) and removes its `budget` from `current`.
+    pub(crate) fn fold(&mut self, kind: PoolKind, alloc: [u64; 3], free: [u64; 3], budget: &[u64]) {
+        for (d, (added, removed)) in [
+            (alloc[0], free[0]),
+            (alloc[1], free[1]),
+            (alloc[2], free[2]),
+            (free[0], alloc[0]),
+            (free[2], alloc[2]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (a, b) = self.dim(d);
+            a.fold(kind, added, removed, budget[d]);
+            if let Some(b) = b {
+                b.fold(kind, added, removed, budget[d]);
+            }
+        }
+        self.num_allocs += alloc[2];
+        self.num_cache_hits += alloc[2];
+        self.num_frees += free[2];
+    }
+
     /// Sets every peak to the current value.
     pub fn reset_peaks(&mut self) {
         for g in [
@@ -193,6 +286,36 @@ pub struct CtxStats {
     pub num_frees: u64,
     /// Allocations served from cache.
     pub num_cache_hits: u64,
+}
+
+impl CtxStats {
+    /// One allocation of `size` bytes (`requested` asked for).
+    #[inline]
+    pub fn on_alloc(&mut self, size: u64, requested: u64, hit: bool) {
+        self.allocated_bytes.add(size);
+        self.requested_bytes.add(requested);
+        self.allocation_count.add(1);
+        self.num_allocs += 1;
+        self.num_cache_hits += hit as u64;
+    }
+    /// One free.
+    #[inline]
+    pub fn on_free(&mut self, size: u64, requested: u64) {
+        self.allocated_bytes.sub(size);
+        self.requested_bytes.sub(requested);
+        self.allocation_count.sub(1);
+        self.num_frees += 1;
+    }
+    /// Sets every peak to the current value.
+    pub fn reset_peaks(&mut self) {
+        for c in [
+            &mut self.allocated_bytes,
+            &mut self.requested_bytes,
+            &mut self.allocation_count,
+        ] {
+            c.peak = c.current;
+        }
+    }
 }
 
 /// "1.50 MiB" (binary units, two decimals; plain bytes below 1 KiB).
