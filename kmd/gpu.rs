@@ -338,9 +338,16 @@ impl WorkItem<1> for Gpu {
     fn run(this: Arc<Gpu>) {
         if this.watchdog() {
             let delay = kernel::time::msecs_to_jiffies(WD_PERIOD_MS);
-            let _ = workqueue::system().enqueue_delayed::<Arc<Gpu>, 1>(this, delay);
+            let _ = dfl_wq().enqueue_delayed::<Arc<Gpu>, 1>(this, delay);
         }
     }
+}
+
+/// The default (unbound) system work queue, `system_dfl_wq` (7.3 marks `system_wq` deprecated and
+/// says so in the log; the Rust crate has no accessor for its replacements yet).
+fn dfl_wq() -> &'static workqueue::Queue {
+    // SAFETY: `system_dfl_wq` is a C global set up at boot, valid for the kernel's lifetime.
+    unsafe { workqueue::Queue::from_raw(bindings::system_dfl_wq) }
 }
 
 /// Hardware queue priorities: queue 0 high, 1 and 2 normal, 3 low.
@@ -1107,7 +1114,7 @@ impl Gpu {
             return;
         }
         let delay = kernel::time::msecs_to_jiffies(WD_PERIOD_MS);
-        let _ = workqueue::system().enqueue_delayed::<Arc<Gpu>, 1>(self.clone(), delay);
+        let _ = dfl_wq().enqueue_delayed::<Arc<Gpu>, 1>(self.clone(), delay);
     }
 
     /// Writes descriptors at the queue's tail; returns the job's first index and the new tail.
