@@ -112,7 +112,8 @@ fn floor_ns(b: &dyn Backend, iters: usize) -> (f64, &'static str) {
             };
             let t = Instant::now();
             // SAFETY: a valid drm_version with no buffers (lengths 0).
-            unsafe { umd::backend::kmd::ioctl::drm_version(f.as_raw_fd(), &mut ver) }.expect("DRM_IOCTL_VERSION");
+            unsafe { umd::backend::kmd::ioctl::drm_version(f.as_raw_fd(), &mut ver) }
+                .expect("DRM_IOCTL_VERSION");
             v.push(t.elapsed().as_nanos() as f64);
         }
         (median(v), "DRM_IOCTL_VERSION")
@@ -158,7 +159,10 @@ fn mlp_demo(path: &str, repeats: usize) -> Option<(f64, f64)> {
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() || !text.contains("result:   PASS") {
-            eprintln!("umd-submit-bench: {path} failed:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "umd-submit-bench: {path} failed:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             return None;
         }
         let g = text
@@ -176,7 +180,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let iters: usize = arg(&args, "--iters", 2000);
     let repeats: usize = arg(&args, "--repeats", 5);
-    let demo: Option<String> = args.iter().position(|a| a == "--mlp-demo").and_then(|i| args.get(i + 1)).cloned();
+    let demo: Option<String> = args
+        .iter()
+        .position(|a| a == "--mlp-demo")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     if std::env::var_os("UMD_BACKEND").is_none() {
         std::env::set_var("UMD_BACKEND", "sim");
     }
@@ -186,11 +194,18 @@ fn main() {
 
     // One 1 MiB buffer: data at VA, command buffers from VA + 512 KiB.
     let h = b.gem_create(BUF).expect("gem create");
-    b.vm_bind(h, VA, 0, BUF, VM_ACCESS_READ | VM_ACCESS_WRITE).expect("bind");
+    b.vm_bind(h, VA, 0, BUF, VM_ACCESS_READ | VM_ACCESS_WRITE)
+        .expect("bind");
     let m = b.gem_mmap(h, BUF).expect("mmap");
     let fill = uapi::packet::encode_fill(VA, 4, 0x1234_5678);
     // SAFETY: the mapping is BUF bytes; the packet goes at CMD_OFF, well inside.
-    unsafe { std::ptr::copy_nonoverlapping(fill.as_ptr() as *const u8, m.ptr.add(CMD_OFF as usize), fill.len() * 4) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            fill.as_ptr() as *const u8,
+            m.ptr.add(CMD_OFF as usize),
+            fill.len() * 4,
+        )
+    };
     let cb = Cmdbuf {
         va: VA + CMD_OFF,
         size: (fill.len() * 4) as u32,
@@ -199,7 +214,10 @@ fn main() {
     let ctx = b.ctx_create(PRIORITY_NORMAL).expect("context");
 
     println!("umd-submit-bench: backend {} ({})", b.kind(), b.location());
-    println!("  cpus online: {}", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "  cpus online: {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
 
     // Warm up (first-use costs: page faults, slots, the device thread).
     for _ in 0..50 {
@@ -219,9 +237,19 @@ fn main() {
     let rt_med = median(rt.clone());
     let rt_p90 = pct(rt, 0.9);
     println!("round trip ({iters} iterations, medians):");
-    println!("  floor: {floor_what}                 {:>10.1} us", floor / 1e3);
-    println!("  one thread wake-up (pipe ping-pong / 2)     {:>10.1} us", wake / 1e3);
-    println!("  submit + wait, one-packet job               {:>10.1} us (p90 {:.1} us)", rt_med / 1e3, rt_p90 / 1e3);
+    println!(
+        "  floor: {floor_what}                 {:>10.1} us",
+        floor / 1e3
+    );
+    println!(
+        "  one thread wake-up (pipe ping-pong / 2)     {:>10.1} us",
+        wake / 1e3
+    );
+    println!(
+        "  submit + wait, one-packet job               {:>10.1} us (p90 {:.1} us)",
+        rt_med / 1e3,
+        rt_p90 / 1e3
+    );
     println!(
         "  ratio round trip / (floor + wake-up)        {:>10.2}x  (target <= 3x)",
         rt_med / (floor + wake)
