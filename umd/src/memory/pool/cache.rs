@@ -145,8 +145,9 @@ pub(crate) struct Cache {
 }
 
 // SAFETY: `data` is reached only through a `CacheGuard`: the lock holder's, or the biased
-// owner's (from `lock`, while `busy` is set), and the lock holder revokes the bias and waits for `busy` to drop
-// before touching it (see the type's comment): one thread at a time, as through a mutex.
+// owner's (from `lock`, while `busy` is set), and the lock holder revokes the bias and waits
+// for `busy` to drop before touching it (see the type's comment): one thread at a time, as
+// through a mutex.
 unsafe impl Sync for Cache {}
 
 impl Default for Cache {
