@@ -29,7 +29,7 @@ use kernel::{
     rbtree::RBTree,
     str::CString,
     sync::{
-        atomic::{Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex,
     },
     workqueue::{self, new_delayed_work, new_work, DelayedWork, Work, WorkItem},
@@ -61,6 +61,8 @@ const FENCE_SLOTS: usize = 512;
 pub(crate) const KERNEL_SLOT: usize = regs::NUM_AS_SLOTS - 1;
 /// Slots for user address spaces.
 const USER_SLOTS: usize = regs::NUM_AS_SLOTS - 1;
+/// Waiters the top half wakes directly (more wait in the bottom half's broadcast).
+const FAST_WAITERS: usize = 8;
 /// Watchdog period (busy sampling and hang detection), ms.
 const WD_PERIOD_MS: u32 = 5;
 /// GPU VA of the driver's code page in its own address space.
@@ -302,6 +304,9 @@ pub(crate) struct Gpu {
     wd: DelayedWork<Gpu, 1>,
     /// Interrupt causes the top half acknowledged and the bottom half has not handled yet.
     irq_pending: Atomic<u32>,
+    /// Tasks sleeping in WAIT (`task_struct` pointers, 0 = free slot): the top half wakes them
+    /// directly, so a waiter does not wait for the bottom half's work item to be scheduled too.
+    fast_waiters: [Atomic<usize>; FAST_WAITERS],
     /// Set once at teardown: nothing is queued or re-armed any more.
     stopping: Atomic<bool>,
     /// Ring memory, one per hardware queue.
@@ -394,6 +399,20 @@ unsafe fn top_half(data: *const c_void) {
     let mut cur = gpu.irq_pending.load(Relaxed);
     while let Err(seen) = gpu.irq_pending.cmpxchg(cur, cur | all, Relaxed) {
         cur = seen;
+    }
+    // Wake the waiters now: they retire what they wait for themselves. A slot holds a task that
+    // is inside WAIT (it clears the slot before leaving); inside this RCU read-side section the
+    // task_struct cannot be freed even if the task leaves and exits meanwhile (the rcuwait
+    // pattern), and a spurious wake-up of a task sleeping elsewhere is harmless.
+    {
+        let _rcu = kernel::sync::rcu::read_lock();
+        for w in gpu.fast_waiters.iter() {
+            let t = w.load(Acquire);
+            if t != 0 {
+                // SAFETY: see above.
+                unsafe { bindings::wake_up_process(t as *mut bindings::task_struct) };
+            }
+        }
     }
     // SAFETY: `data` comes from `Arc::as_ptr` of the device's `Arc<Gpu>`, whose count stays above
     // zero while this handler is connected (function contract), so a borrow may be taken.
@@ -510,6 +529,7 @@ impl Gpu {
                 bh <- new_work!("aigpu_bottom_half"),
                 wd <- new_delayed_work!("aigpu_watchdog"),
                 irq_pending: Atomic::new(0),
+                fast_waiters: core::array::from_fn(|_| Atomic::new(0)),
                 stopping: Atomic::new(false),
                 rings,
                 fence_page,
@@ -1144,7 +1164,6 @@ impl Gpu {
     /// `CLOCK_MONOTONIC`) passes, a signal arrives, the context is lost or the device is lost.
     pub(crate) fn wait(&self, client: u64, ctx_id: u32, seqno: u64, deadline_ns: u64) -> Result<u64, Fail> {
         let mut st = self.sched.lock();
-        let mut retired = false;
         loop {
             if st.lost {
                 return Err(fail(ENODEV, r::DEVICE_LOST));
@@ -1159,10 +1178,11 @@ impl Gpu {
             if c.banned {
                 return Err(fail(ECANCELED, r::CTX_LOST));
             }
-            if !retired {
-                // The fence may already be written while its interrupt is on its way.
-                retired = true;
-                self.retire(&mut st);
+            // The fence may already be written while its interrupt is on its way (or the top
+            // half woke this task before the bottom half ran): look at the device's progress.
+            let before = c.completed;
+            self.retire(&mut st);
+            if Self::ctx_of(&st, client, ctx_id).is_ok_and(|c| c.completed != before) {
                 continue;
             }
             let now = mono_ns();
@@ -1170,10 +1190,28 @@ impl Gpu {
                 return Err(fail(ETIMEDOUT, r::TIMEOUT));
             }
             let j = ns_to_jiffies(deadline_ns - now);
-            if let CondVarTimeoutResult::Signal { .. } = self.changed.wait_interruptible_timeout(&mut st, j) {
+            let slot = self.register_waiter();
+            let res = self.changed.wait_interruptible_timeout(&mut st, j);
+            self.unregister_waiter(slot);
+            if let CondVarTimeoutResult::Signal { .. } = res {
                 // Restartable: the deadline is absolute, so the same arguments are right again.
                 return Err(fail(ERESTARTSYS, r::INTERRUPTED));
             }
+        }
+    }
+
+    /// Puts the current task in a free slot of the top half's direct wake-up list (if any).
+    fn register_waiter(&self) -> Option<usize> {
+        // SAFETY: `get_current` returns the running task, valid while it runs.
+        let me = unsafe { bindings::get_current() } as usize;
+        self.fast_waiters
+            .iter()
+            .position(|w| w.cmpxchg(0, me, Relaxed).is_ok())
+    }
+
+    fn unregister_waiter(&self, slot: Option<usize>) {
+        if let Some(w) = slot.and_then(|i| self.fast_waiters.get(i)) {
+            w.store(0, Release);
         }
     }
 

@@ -114,6 +114,41 @@ impl IrqFile {
     }
 }
 
+/// The hot queue registers, served without the model lock (real MMIO registers do not wait for
+/// the execution engine either): `Q_TAIL` and `Q_DOORBELL` are latched here and handed to the
+/// engine by the device thread at the start of its next round; `Q_HEAD`, `Q_STATE` and
+/// `Q_CUR_JOB` are mirrors the device thread refreshes after every round and after every register
+/// write that goes to the engine.
+struct QueueFront {
+    tail: Atomic<u32>,
+    doorbell: Atomic<bool>,
+    head: Atomic<u32>,
+    state: Atomic<u32>,
+    cur_job: Atomic<u64>,
+}
+
+impl QueueFront {
+    fn new() -> Self {
+        Self {
+            tail: Atomic::new(0),
+            doorbell: Atomic::new(false),
+            head: Atomic::new(0),
+            state: Atomic::new(0),
+            cur_job: Atomic::new(0),
+        }
+    }
+}
+
+/// The queue and register-in-queue of `off`, for the queue register window.
+fn queue_reg(off: usize) -> Option<(usize, usize)> {
+    let first = regs::queue_base(0);
+    let stride = regs::queue_base(1) - regs::queue_base(0);
+    if !(first..regs::queue_base(regs::NUM_QUEUES)).contains(&off) {
+        return None;
+    }
+    Some(((off - first) / stride, (off - first) % stride))
+}
+
 /// The device: model, interrupt register file and controller, device thread.
 #[pin_data]
 pub(crate) struct Hw {
@@ -122,6 +157,8 @@ pub(crate) struct Hw {
     model: Mutex<Model>,
     /// Interrupt register file (atomics: the top half reads and acknowledges it).
     irq: IrqFile,
+    /// The hot queue registers.
+    queues: [QueueFront; regs::NUM_QUEUES],
     /// The interrupt controller: delivers the line to the handler in hard-IRQ context.
     #[pin]
     timer: HrTimer<Hw>,
@@ -172,6 +209,7 @@ impl Hw {
         pin_init!(Self {
             model <- new_mutex!(model, "aigpu_hw_model"),
             irq: IrqFile::new(),
+            queues: core::array::from_fn(|_| QueueFront::new()),
             timer <- HrTimer::new(),
             kick <- new_spinlock!(false, "aigpu_hw_kick"),
             kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
@@ -204,6 +242,32 @@ impl Hw {
         self.irq.mask.store(0, Relaxed);
         self.irq.line.store(false, Relaxed);
         self.irq.lost.store(false, Relaxed);
+        for q in self.queues.iter() {
+            q.tail.store(0, Relaxed);
+            q.doorbell.store(false, Relaxed);
+        }
+        self.refresh(&mut d);
+    }
+
+    /// Refreshes the mirrored queue registers from the engine.
+    fn refresh(&self, d: &mut Model) {
+        for (qi, q) in self.queues.iter().enumerate() {
+            let b = regs::queue_base(qi);
+            q.head.store(d.mmio_read32(b + regs::Q_HEAD), Relaxed);
+            q.state.store(d.mmio_read32(b + regs::Q_STATE), Relaxed);
+            q.cur_job.store(d.mmio_read64(b + regs::Q_CUR_JOB), Relaxed);
+        }
+    }
+
+    /// Hands latched doorbells to the engine (with the tail written before each).
+    fn apply_doorbells(&self, d: &mut Model) {
+        for (qi, q) in self.queues.iter().enumerate() {
+            if q.doorbell.xchg(false, Acquire) {
+                let b = regs::queue_base(qi);
+                d.mmio_write32(b + regs::Q_TAIL, q.tail.load(Relaxed));
+                d.mmio_write32(b + regs::Q_DOORBELL, 1);
+            }
+        }
     }
 
     /// Connects the interrupt handler (`request_irq`).
@@ -266,7 +330,27 @@ impl Hw {
                     _ => 0,
                 }
             }
-            _ => self.model.lock().mmio_read32(off),
+            regs::ID if self.irq.lost.load(Relaxed) => regs::LOST_READ_VALUE,
+            regs::ID => regs::ID_VALUE,
+            _ => {
+                if let Some((qi, r)) = queue_reg(off) {
+                    if let Some(q) = self.queues.get(qi) {
+                        let lost = self.irq.lost.load(Relaxed);
+                        let v = match r {
+                            regs::Q_HEAD => Some(q.head.load(Relaxed)),
+                            regs::Q_TAIL => Some(q.tail.load(Relaxed)),
+                            regs::Q_STATE => Some(q.state.load(Relaxed)),
+                            regs::Q_CUR_JOB => Some(q.cur_job.load(Relaxed) as u32),
+                            x if x == regs::Q_CUR_JOB + 4 => Some((q.cur_job.load(Relaxed) >> 32) as u32),
+                            _ => None,
+                        };
+                        if let Some(v) = v {
+                            return if lost { regs::LOST_READ_VALUE } else { v };
+                        }
+                    }
+                }
+                self.model.lock().mmio_read32(off)
+            }
         }
     }
 
@@ -288,17 +372,36 @@ impl Hw {
                 }
             }
             _ => {
-                let mut d = self.model.lock();
-                d.mmio_write32(off, v);
-                match off {
-                    // The model's own mask stays all ones: what the driver masks is masked in the
-                    // interrupt register file. A reset raises RESET_DONE at once.
-                    regs::RESET => self.latch(&mut d),
-                    _ if is_doorbell(off) => {
-                        drop(d);
-                        self.kick();
+                if let Some((qi, r)) = queue_reg(off) {
+                    if let Some(q) = self.queues.get(qi) {
+                        match r {
+                            regs::Q_TAIL if !self.irq.lost.load(Relaxed) => {
+                                q.tail.store(v, Relaxed);
+                                return;
+                            }
+                            regs::Q_DOORBELL if !self.irq.lost.load(Relaxed) => {
+                                q.doorbell.store(true, Release);
+                                self.kick();
+                                return;
+                            }
+                            _ => {}
+                        }
                     }
-                    _ => {}
+                }
+                let mut d = self.model.lock();
+                if off == regs::RESET {
+                    // Doorbells latched before the reset must not reach the reset engine.
+                    for q in self.queues.iter() {
+                        q.doorbell.store(false, Relaxed);
+                        q.tail.store(0, Relaxed);
+                    }
+                }
+                d.mmio_write32(off, v);
+                self.refresh(&mut d);
+                if off == regs::RESET {
+                    // The model's own mask stays all ones: what the driver masks is masked in
+                    // the interrupt register file. A reset raises RESET_DONE at once.
+                    self.latch(&mut d);
                 }
             }
         }
@@ -306,13 +409,20 @@ impl Hw {
 
     /// Reads a 64-bit register (low word, then high word).
     pub(crate) fn read64(&self, off: usize) -> u64 {
+        if queue_reg(off).is_some_and(|(_, r)| r == regs::Q_CUR_JOB) {
+            let lo = self.read32(off);
+            let hi = self.read32(off + 4);
+            return u64::from(lo) | (u64::from(hi) << 32);
+        }
         let mut d = self.model.lock();
         d.mmio_read64(off)
     }
 
     /// Writes a 64-bit register (low word, then high word, which latches it).
     pub(crate) fn write64(&self, off: usize, v: u64) {
-        self.model.lock().mmio_write64(off, v);
+        let mut d = self.model.lock();
+        d.mmio_write64(off, v);
+        self.refresh(&mut d);
     }
 
     /// Reads several registers in one go, consistently (for crash dumps and debugfs).
@@ -343,6 +453,7 @@ impl Hw {
     pub(crate) fn fall_off_bus(&self) {
         let mut d = self.model.lock();
         d.fall_off_bus();
+        self.refresh(&mut d);
         self.latch(&mut d);
     }
 
@@ -358,6 +469,7 @@ impl Hw {
     /// interrupt latch. Returns what the last step did.
     fn run_once(&self) -> Step {
         let mut d = self.model.lock();
+        self.apply_doorbells(&mut d);
         let mut step = Step::Idle;
         for _ in 0..8 {
             step = d.step();
@@ -366,6 +478,7 @@ impl Hw {
             }
             self.steps.fetch_add(1, Relaxed);
         }
+        self.refresh(&mut d);
         self.latch(&mut d);
         step
     }
@@ -410,11 +523,6 @@ impl Hw {
             unsafe { bindings::kthread_stop(task) };
         }
     }
-}
-
-fn is_doorbell(off: usize) -> bool {
-    (regs::queue_base(0)..regs::queue_base(regs::NUM_QUEUES)).contains(&off)
-        && (off - regs::queue_base(0)) % (regs::queue_base(1) - regs::queue_base(0)) == regs::Q_DOORBELL
 }
 
 /// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.

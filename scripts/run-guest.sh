@@ -7,7 +7,7 @@
 # Kernel: <kernel-build-dir>/arch/x86/boot/bzImage; initramfs: out/guest/initramfs.cpio.gz
 # (scripts/build-initramfs.sh). The flavour (default: taken from the build dir's name) names the
 # log, out/guest/serial-<flavor>.log, and turns kmemleak on for debug kernels.
-# Env: GUEST_TIMEOUT (seconds, default 600), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2),
+# Env: GUEST_TIMEOUT (seconds, default 1200: the whole UMD suite runs in the guest), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2),
 # GUEST_MODE=bench (run the kernel-submission benchmark instead of the tests: log
 # out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat).
 #
@@ -28,7 +28,7 @@ INITRD=$AIGPU_ROOT/out/guest/initramfs.cpio.gz
 LOG=$AIGPU_ROOT/out/guest/serial-$FLAVOR.log
 MODE=${GUEST_MODE:-test}
 [ "$MODE" = bench ] && LOG=$AIGPU_ROOT/out/guest/bench-$FLAVOR.log
-TMO=${GUEST_TIMEOUT:-600}
+TMO=${GUEST_TIMEOUT:-1200}
 [ -f "$KERNEL" ] || { echo "run-guest: no kernel at $KERNEL" >&2; exit 2; }
 [ -f "$INITRD" ] || { echo "run-guest: no initramfs at $INITRD (run scripts/build-initramfs.sh)" >&2; exit 2; }
 mkdir -p "$(dirname "$LOG")"

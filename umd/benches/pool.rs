@@ -25,6 +25,7 @@ use umd::context::Context;
 use umd::device::Device;
 use umd::memory::pool::config::Config;
 use umd::memory::pool::{FreeNote, Grant, Pool, Request};
+use umd::memory::Buffer;
 
 const RUNS: usize = 11;
 const SIZES: [(u64, &str); 3] = [(512, "512 B"), (64 << 10, "64 KiB"), (4 << 20, "4 MiB")];
@@ -176,8 +177,10 @@ fn main() {
         "\nC ABI path (UMD_LOG={}):",
         std::env::var("UMD_LOG").unwrap_or_else(|_| "default: INFO to the file sink".into())
     );
-    println!("\n| size | C ABI umdMemAlloc+umdMemFree (hit) | pool hit | ABI overhead |");
-    println!("|---|---|---|---|");
+    println!(
+        "\n| size | C ABI umdMemAlloc+umdMemFree (hit) | Buffer::alloc + drop | its two INFO call sites | pool hit | ABI overhead |"
+    );
+    println!("|---|---|---|---|---|---|");
     let mut cdev = 0u64;
     let mut cctx = 0u64;
     assert_eq!(
@@ -197,12 +200,43 @@ fn main() {
             let _ = umdMemAlloc(cctx, size, 0, &mut b);
             let _ = umdMemFree(black_box(b));
         });
+        // The Rust API (what the C ABI wraps): buffer id, time stamps, the pool, and the INFO
+        // records of its alloc and free.
+        let buf = measure(1, 100_000, |_| {
+            drop(black_box(Buffer::alloc(&ctxs[0], size, 0).unwrap()));
+        });
+        // The same two INFO call sites alone: with INFO off (UMD_LOG=warn) this is the price
+        // of the pairing records on the hit path.
+        let info = measure(1, 1_000_000, |i| {
+            let (id, va) = (black_box(i as u64), black_box(0x20_0000u64));
+            tracing::info!(
+                ctx = 1u64,
+                buffer = id,
+                size,
+                va = format_args!("{va:#x}"),
+                class = size,
+                pool = "small",
+                hit = true,
+                tag = "",
+                "alloc"
+            );
+            tracing::info!(
+                ctx = 1u64,
+                buffer = id,
+                size,
+                va = format_args!("{va:#x}"),
+                "free"
+            );
+        });
         let r = req(&ctxs[0], size);
         let hit = measure(1, 200_000, |_| {
             let g = pool.alloc(&dev, &r).unwrap();
             pool.free(&dev, black_box(&g), FreeNote::default());
         });
-        println!("| {name} | {abi:.1} | {hit:.1} | {:.1}x |", abi / hit);
+        println!(
+            "| {name} | {abi:.1} | {buf:.1} | {info:.1} | {hit:.1} | {:.1}x |",
+            abi / hit
+        );
     }
     let _ = umd::abi::context::umdContextDestroy(cctx);
     let _ = umd::abi::device::umdDeviceClose(cdev);
@@ -359,7 +393,26 @@ fn trace(steps: usize) -> (Vec<Op>, usize) {
     for &(w, _) in &weights {
         ops.push(Op::Free(w));
     }
-    (ops, next)
+    // Renumber buffers so that a freed one's number is reused: the replay's table of live
+    // buffers stays small (the size of the live set, not of the whole trace).
+    let (mut map, mut spare, mut slots) = (vec![0usize; next], Vec::new(), 0usize);
+    for op in ops.iter_mut() {
+        match op {
+            Op::Alloc(i, _) => {
+                map[*i] = spare.pop().unwrap_or_else(|| {
+                    slots += 1;
+                    slots - 1
+                });
+                *i = map[*i];
+            }
+            Op::Free(i) => {
+                *i = map[*i];
+                spare.push(*i);
+            }
+            Op::Step => {}
+        }
+    }
+    (ops, slots)
 }
 
 /// Replays `ops`; returns the time of each step (ns), allocations, and kernel objects created
@@ -425,8 +478,14 @@ fn trace_replay(
         "| backend calls | {calls_on} | {calls_off} | {:.1}% |",
         100.0 * (1.0 - calls_on as f64 / calls_off.max(1) as f64)
     );
+    // Steady state with the pool on: the later steps of this pass and of 9 more (a 10-step
+    // median alone moves with the machine's load).
+    let mut later = t_on[1..].to_vec();
+    for _ in 0..9 {
+        later.extend(replay(dev, pool, ctx, &ops, ids).0);
+    }
     let first = (t_on[0], t_off[0]);
-    let steady = (median(t_on[1..].to_vec()), median(t_off[1..].to_vec()));
+    let steady = (median(later), median(t_off[1..].to_vec()));
     println!(
         "| first step (cold) | {:.2} ms | {:.2} ms | {:.1}x |",
         first.0 / 1e6,
@@ -434,7 +493,7 @@ fn trace_replay(
         first.1 / first.0
     );
     println!(
-        "| later steps (median) | {:.2} ms | {:.2} ms | {:.1}x |",
+        "| later steps (median; pool on: of 99) | {:.2} ms | {:.2} ms | {:.1}x |",
         steady.0 / 1e6,
         steady.1 / 1e6,
         steady.1 / steady.0

@@ -243,10 +243,19 @@ fn trim_and_context_destroy_take_cached_blocks_back() {
     // A destroyed context's cache comes back too (its account slot is no longer visited).
     let other = Arc::new(Context::create(&dev, 1).unwrap());
     drop(Buffer::alloc(&other, M, 0).unwrap());
+    drop(Buffer::alloc(&other, M, 0).unwrap()); // a size asked for again: it stays cached
+                                                // A buffer served by the cache (its block is the cache's) that outlives its context.
+    for _ in 0..2 {
+        drop(Buffer::alloc(&other, 100 * K, 0).unwrap());
+    }
     let outlives = Buffer::alloc(&other, 100 * K, 0).unwrap();
+    assert!(outlives.hit);
+    let ctx_acct = other.acct;
     drop(other);
-    assert_eq!(pool.stats().allocation_count.all().current, 1);
-    drop(outlives); // a buffer freed after its context: back to the pool, not to a cache
+    let s = pool.stats();
+    assert_eq!(s.allocation_count.all().current, 1);
+    assert_eq!(pool.ctx_stats(ctx_acct).allocation_count.current, 1);
+    drop(outlives); // freed after its context: back to the pool, not to a cache
     assert_eq!(pool.trim(&dev, 0), 2 * M);
     let s = pool.stats();
     consistent(&s);

@@ -1,20 +1,21 @@
 //! Context caches: the hit path without the device mutex.
 //!
-//! Each context (account slot < [`CACHES`]) has a small cache in front of the pool. Threads on
-//! different contexts never share a lock or a written cache line on a hit, and a context used
-//! by one thread does not even take its cache's lock (see [`Cache`]: the lock is biased to that
-//! thread and revoked with `membarrier(2)` when another thread needs it).
+//! Each context (account slot < [`CACHES`]) has a small cache of blocks in front of the pool.
+//! Threads on different contexts never share a lock or a written cache line on a hit, and a
+//! context used by one thread does not even take its cache's lock (see [`Cache`]: the lock is
+//! biased to that thread and revoked with `membarrier(2)` when another thread needs it).
 //!
-//! **Ownership.** A block allocated on a context with an active cache is *delegated* to it: the
-//! pool's block record says [`State::Cached`](super::block::State::Cached) (with the slot), and
-//! the [`Slot`] holds what changes on a hit: live or free, buffer id, requested size, C handle,
-//! pins and fence stamps. Validation (submit checks, free by address, pins and stamps) takes the
-//! pool mutex, sees `Cached` and then locks the cache, so every check sees a block either live
-//! or freed, never in between. A free of a delegated block stays in the cache only if no submit
-//! has it pinned and every fence stamped on it has signalled (read from the contexts' timelines
-//! under the cache lock); otherwise it goes back to the pool, which defers reuse as before. A
-//! freed slot keeps its buffer's identity as the "ghost" that double-free and use-after-free
-//! reports quote.
+//! **Ownership.** When the pool frees a block that is reusable at once (no pin, every fence
+//! signalled) and of a size class its context asked for twice lately (a size that comes back),
+//! it *delegates* the block to the context's cache instead of its bins: the pool's record says
+//! [`State::Cached`](super::block::State::Cached) (with the slot), and the [`Slot`] holds what
+//! changes on a hit: live or free, buffer id, requested size, C handle, pins and fence stamps.
+//! A hit takes a free slot of the request's class; a free of such a block puts it back if no
+//! submit has it pinned and every fence stamped on it has signalled (read from the contexts'
+//! timelines), else it goes back to the pool, which defers reuse as before. Validation (submit
+//! checks, free by address, pins and stamps) takes the pool mutex, sees `Cached` and then locks
+//! the cache, so every check sees a block either live or freed, never in between. A freed slot
+//! keeps its buffer's identity as the "ghost" that double-free and use-after-free reports quote.
 //!
 //! **Exact statistics.** Hits and cache frees are counted on their slots and added when
 //! statistics are read (cumulative counts add up). Peaks cannot be added up, so a hit or a free
@@ -23,19 +24,19 @@
 //! stands for the bytes and the block its hit will add to the allocated side (and up to
 //! `limit` requested bytes); a live slot's, for what its free will add to the cached side. A hit
 //! or a free only turns one into the other, so `current` does not move and no peak is passed.
-//! Tokens come from the slow path: a block delegated at allocation brings the one for its own
-//! free (what that allocation just took off the cached gauges). When a slow-path operation
-//! would raise a gauge past its peak while tokens are out, the pool revokes them all (locking
-//! each cache), so the peak it sets is the true value; the context's own gauges, kept in its
-//! cache, work the same way.
+//! Tokens come from the pool's free that delegated the block: the room that free made on the
+//! allocated side. When a slow-path operation would raise a gauge past its peak while tokens
+//! are out, the pool first takes the operating context's free blocks back, then if need be
+//! revokes tokens (those of the allocated side, or all when a cached gauge would pass), so the
+//! peak it sets is the true value. The context's own gauges, kept in its cache, work the same.
 //!
 //! **Bounded.** A cache holds at most [`MAX_BLOCKS`] blocks and [`MAX_BYTES`] (live or free)
 //! and serves exact size classes with the default alignment. A request it cannot serve takes
-//! the pool mutex: before searching the bins the pool takes the context's own cached free
-//! blocks back (coalescing them), and those of every other cache before it creates a kernel
-//! object. Trim, the release threshold, out-of-memory recovery, statistics reads (which report
-//! the coalesced view) and context destroy flush the caches; the history (`UMD_POOL_HISTORY`),
-//! a release threshold and `UMD_POOL=off` turn them off.
+//! the pool mutex: the pool takes the context's own free blocks back (coalescing them) when its
+//! quick lists miss, and those of every other cache before it creates a kernel object. Trim,
+//! the release threshold, out-of-memory recovery, statistics reads (which report the coalesced
+//! view) and context destroy flush the caches; the history (`UMD_POOL_HISTORY`), a release
+//! threshold and `UMD_POOL=off` turn them off.
 
 use super::block::NIL;
 use super::size_class::{class_floor, pool_for, PoolKind, MIN_BLOCK};
@@ -52,6 +53,9 @@ pub(crate) const CACHES: usize = uapi::ioctl::MAX_CONTEXTS as usize;
 pub(crate) const MAX_BLOCKS: usize = 64;
 /// Bytes of blocks (live or free) a cache holds at most.
 pub(crate) const MAX_BYTES: u64 = 64 << 20;
+/// The pool hands a freed block to its context's cache only if the context asked for its size
+/// class twice in its last `LATELY` requests (a size that comes back).
+const LATELY: usize = 8;
 
 /// Budget dimensions (per pool kind): what a hit raises (0-2) and what a free raises (3-4).
 /// 0: allocated and active bytes; 1: requested bytes; 2: allocation and active count;
@@ -116,7 +120,8 @@ mod barrier {
 }
 
 /// One context's cache (its own cache lines: caches of different contexts never share one),
-/// behind a spin lock that the thread using the context alone does not even take.
+/// behind a spin lock that the thread using the context alone does not even take
+/// ([`Cache::lock`] returns a guard either way).
 ///
 /// The lock is a CAS to take and a store to release; waiters yield after a short spin. After
 /// [`BIAS_AFTER`] acquisitions in a row by one thread the cache is *biased* to it: that
@@ -140,8 +145,9 @@ pub(crate) struct Cache {
 }
 
 // SAFETY: `data` is reached only through a `CacheGuard`: the lock holder's, or the biased
-// owner's (from `enter`, while `busy` is set), and the lock holder revokes the bias and waits for `busy` to drop
-// before touching it (see the type's comment): one thread at a time, as through a mutex.
+// owner's (from `lock`, while `busy` is set), and the lock holder revokes the bias and waits
+// for `busy` to drop before touching it (see the type's comment): one thread at a time, as
+// through a mutex.
 unsafe impl Sync for Cache {}
 
 impl Default for Cache {
@@ -159,7 +165,7 @@ impl Default for Cache {
 impl Cache {
     /// The cache, to this thread alone: without the lock when the cache is biased to it.
     #[inline(always)]
-    pub(crate) fn enter(&self) -> CacheGuard<'_> {
+    pub(crate) fn lock(&self) -> CacheGuard<'_> {
         let me = token();
         if self.owner.load(Ordering::Relaxed) == me {
             self.busy.store(true, Ordering::Relaxed);
@@ -173,12 +179,12 @@ impl Cache {
             }
             self.busy.store(false, Ordering::Release);
         }
-        self.lock()
+        self.take()
     }
 
     /// Takes the lock (revoking another thread's bias).
     #[inline]
-    pub(crate) fn lock(&self) -> CacheGuard<'_> {
+    fn take(&self) -> CacheGuard<'_> {
         if self
             .locked
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -283,7 +289,6 @@ pub(crate) struct Slot {
     pub g: Grant,
     /// Next free slot of the same size (free list).
     next: u32,
-    pub read_only: bool,
     /// Held by a buffer (else freed and cached).
     pub live: bool,
     /// Its list in `CacheData::lists` (a hint: checked before use).
@@ -291,14 +296,12 @@ pub(crate) struct Slot {
     /// The buffer holding it, or the last one (freed: the ghost quoted by reports).
     pub buffer: u64,
     pub requested: u64,
-    /// Bytes requested when the pool delegated it.
-    req0: u64,
     /// Its token (see the module comment), 0 without: free, a hit on it of up to `limit`
     /// requested bytes cannot pass a peak of the allocated side; live, its free cannot pass a
-    /// peak of the cached side. `req0` while it holds one.
+    /// peak of the cached side. Set to the bytes its last buffer asked for when the pool
+    /// delegates it.
     limit: u64,
-    /// Cache frees of it: (count, requested bytes). Its hits follow: every hit comes after a
-    /// cache free, every cache free after its delegation or a hit.
+    /// Cache frees of it: (count, requested bytes). Its hits follow (see `counts`).
     frees: [u64; 2],
     /// C handle (free by address).
     pub handle: u64,
@@ -325,12 +328,10 @@ impl Slot {
                 slot: NIL,
             },
             next: NIL,
-            read_only: false,
             live: false,
             list: NIL,
             buffer: 0,
             requested: 0,
-            req0: 0,
             limit: 0,
             frees: [0; 2],
             handle: 0,
@@ -362,14 +363,19 @@ impl Slot {
         }
     }
 
-    /// Hits and cache frees: (bytes, requested bytes, blocks) of each.
+    /// Hits and cache frees: (bytes, requested bytes, blocks) of each. (It came in free; every
+    /// cache free follows a hit and frees what that hit asked for.)
     fn counts(&self) -> [u64; 6] {
         let [f, fr] = self.frees;
         let live = self.live as u64;
-        let h = f + live - 1;
-        let hr = fr + live * self.requested - self.req0;
+        let (h, hr) = (f + live, fr + live * self.requested);
         let size = self.g.size;
         [h * size, hr, h, f * size, fr, f]
+    }
+
+    /// A hit took it since the pool delegated it.
+    pub(crate) fn hit_since_delegated(&self) -> bool {
+        self.live || self.frees[0] > 0
     }
 }
 
@@ -480,13 +486,24 @@ impl CacheData {
         b
     }
 
-    /// Gives every budget back; returns them (the pool takes them out of its gauges).
-    pub(crate) fn revoke(&mut self) -> Budget {
-        let b = self.budget();
-        self.unbudget_ctx(&b);
+    /// Gives the tokens of the allocated side back (and with `cached`, all of them); returns
+    /// what they stood for (the pool takes it out of its gauges). Without `cached`, live blocks
+    /// keep the token of their free, which then stays in the cache.
+    pub(crate) fn revoke(&mut self, cached: bool) -> Budget {
+        let before = self.budget();
         for s in &mut self.slots {
-            s.limit = 0;
+            s.limit = match (s.live, cached) {
+                (true, false) => s.limit.min(s.requested),
+                _ => 0,
+            };
         }
+        let mut b = self.budget();
+        for (b, before) in b.iter_mut().zip(before) {
+            for (x, y) in b.iter_mut().zip(before) {
+                *x = y - *x;
+            }
+        }
+        self.unbudget_ctx(&b);
         b
     }
 
@@ -522,6 +539,15 @@ impl CacheData {
             s.allocation_count.current -= b[2];
         }
         s
+    }
+
+    /// `class` was asked for twice (the block's own request and another) in the context's last
+    /// [`LATELY`] requests.
+    pub(crate) fn asked_lately(&self, class: u64) -> bool {
+        (1..=LATELY)
+            .filter(|k| self.recent[self.recent_at.wrapping_sub(*k) % 64] == class)
+            .nth(1)
+            .is_some()
     }
 
     /// Remembers a request's class.
@@ -584,24 +610,35 @@ impl CacheData {
         true
     }
 
-    /// Delegates live block `s` (just granted by the pool, with its token); returns its slot.
-    pub(crate) fn insert(&mut self, mut s: Slot) -> Option<u32> {
-        let size = s.g.size;
+    /// Takes free block `g` (just freed by the pool: `buffer` asked for `requested` bytes) with
+    /// its token; returns its slot, or `None` when the cache is full or the block is not of a
+    /// size class that requests with the default alignment map to (the odd-sized rest of a best
+    /// fit, a large block of a small size).
+    pub(crate) fn insert(
+        &mut self,
+        mut g: Grant,
+        read_only: bool,
+        buffer: u64,
+        requested: u64,
+        at_ns: u64,
+    ) -> Option<u32> {
+        let size = g.size;
         if self.held.0 >= MAX_BLOCKS || self.held.1 + size > MAX_BYTES {
             return None;
         }
-        let ro = s.read_only;
-        let list = match self.lists.iter().position(|l| l.hi == size && l.ro == ro) {
+        let list = match self
+            .lists
+            .iter()
+            .position(|l| l.hi == size && l.ro == read_only)
+        {
             Some(i) => i,
             None => {
-                // Only blocks of a size class that requests with the default alignment map to
-                // (not the odd-sized rest of a best fit, nor a large block of a small size).
-                let lo = class_floor(size, s.g.kind)
-                    .filter(|lo| pool_for(lo + 1, MIN_BLOCK) == s.g.kind)?;
+                let lo =
+                    class_floor(size, g.kind).filter(|lo| pool_for(lo + 1, MIN_BLOCK) == g.kind)?;
                 let l = List {
                     lo,
                     hi: size,
-                    ro,
+                    ro: read_only,
                     head: NIL,
                     blocks: 0,
                 };
@@ -617,10 +654,6 @@ impl CacheData {
                 }
             }
         };
-        self.lists[list].blocks += 1;
-        s.list = list as u32;
-        s.limit = s.req0;
-        self.held = (self.held.0 + 1, self.held.1 + size);
         let i = match self.spare.pop() {
             Some(i) => i,
             None => {
@@ -628,8 +661,21 @@ impl CacheData {
                 (self.slots.len() - 1) as u32
             }
         };
-        s.g.slot = i;
-        self.slots[i as usize] = s;
+        g.slot = i;
+        let l = &mut self.lists[list];
+        l.blocks += 1;
+        self.slots[i as usize] = Slot {
+            g,
+            next: l.head,
+            list: list as u32,
+            buffer,
+            requested,
+            limit: requested,
+            at_ns,
+            ..Slot::empty()
+        };
+        l.head = i;
+        self.held = (self.held.0 + 1, self.held.1 + size);
         Some(i)
     }
 
@@ -641,25 +687,27 @@ impl CacheData {
             .filter(|s| s.g.block == block)
     }
 
-    /// Removes slot `i` (its counts retire, its budget goes into `b`).
-    fn remove(&mut self, i: usize, b: &mut Budget) -> Slot {
-        let s = std::mem::replace(&mut self.slots[i], Slot::empty());
-        self.held = (self.held.0 - 1, self.held.1 - s.g.size);
-        if let Some(l) = self.lists.get_mut(s.list as usize) {
+    /// Takes slot `i` out of the books: its counts retire, its budget goes into `b`, and the
+    /// slot becomes unused (the caller copies what it needs first).
+    fn retire(&mut self, i: usize, b: &mut Budget) {
+        let s = &self.slots[i];
+        let (kx, size, list, tokens) = (k(s.g.kind), s.g.size, s.list, s.tokens());
+        count(&mut self.retired, s);
+        self.held = (self.held.0 - 1, self.held.1 - size);
+        if let Some(l) = self.lists.get_mut(list as usize) {
             l.blocks -= 1;
             if l.blocks == 0 {
                 (l.lo, l.hi) = (0, 0); // unused: matches no request
             }
         }
-        count(&mut self.retired, &s);
         let mut one = [[0; DIMS]; 2];
-        one[k(s.g.kind)] = s.tokens();
+        one[kx] = tokens;
         self.unbudget_ctx(&one);
-        for (x, y) in b[k(s.g.kind)].iter_mut().zip(one[k(s.g.kind)]) {
+        for (x, y) in b[kx].iter_mut().zip(tokens) {
             *x += y;
         }
+        self.slots[i].g.block = NIL;
         self.spare.push(i as u32);
-        s
     }
 
     /// Takes live block `block` out of the cache (it goes back to the pool; its budget, added
@@ -668,38 +716,63 @@ impl CacheData {
         if !self.slot_mut(slot, block)?.live {
             return None;
         }
-        Some(self.remove(slot as usize, b))
+        self.retire(slot as usize, b);
+        let mut s = std::mem::replace(&mut self.slots[slot as usize], Slot::empty());
+        s.g.block = block;
+        Some(s)
     }
 
-    /// Moves every free slot (and with `live`, every live one too) into `out`, their budgets
-    /// into `b`.
-    pub(crate) fn drain(&mut self, live: bool, out: &mut Vec<Slot>, b: &mut Budget) {
-        for i in 0..self.slots.len() {
-            let s = &self.slots[i];
-            if s.g.block != NIL && (live || !s.live) {
-                let s = self.remove(i, b);
-                out.push(s);
+    /// Moves every free block into `out` (its budget into `b`) and, with `live`, every live
+    /// one into `live` (the context is going away).
+    pub(crate) fn drain(
+        &mut self,
+        out: &mut Vec<Parked>,
+        live: Option<&mut Vec<Slot>>,
+        b: &mut Budget,
+    ) {
+        // The free ones are on the lists.
+        for l in 0..self.lists.len() {
+            let mut i = std::mem::replace(&mut self.lists[l].head, NIL);
+            while let Some(s) = self.slots.get(i as usize).filter(|s| s.g.block != NIL) {
+                out.push(Parked {
+                    block: s.g.block,
+                    va: s.g.va,
+                    size: s.g.size,
+                    requested: s.requested,
+                    buffer: s.buffer,
+                    at_ns: s.at_ns,
+                    hit: s.hit_since_delegated(),
+                });
+                let next = s.next;
+                self.retire(i as usize, b);
+                i = next;
             }
         }
-        for l in &mut self.lists {
-            l.head = NIL; // every free block left
-        }
-        if live {
+        if let Some(live) = live {
+            for i in 0..self.slots.len() {
+                let block = self.slots[i].g.block;
+                if block != NIL {
+                    self.retire(i, b);
+                    let mut s = std::mem::replace(&mut self.slots[i], Slot::empty());
+                    s.g.block = block;
+                    live.push(s);
+                }
+            }
             self.slots.clear();
             self.spare.clear();
+            self.lists.clear();
         }
     }
+}
 
-    /// A new slot record for block `g` being delegated.
-    pub(crate) fn live_slot(g: Grant, read_only: bool, req: &Request) -> Slot {
-        Slot {
-            g: Grant { hit: true, ..g },
-            read_only,
-            live: true,
-            buffer: req.buffer_id,
-            requested: req.size,
-            req0: req.size,
-            ..Slot::empty()
-        }
-    }
+/// A free block a cache gives back: what the pool needs of it.
+pub(crate) struct Parked {
+    pub block: u32,
+    pub va: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub buffer: u64,
+    pub at_ns: u64,
+    /// A hit took it since the pool delegated it (else the pool's free left its ghost).
+    pub hit: bool,
 }

@@ -259,10 +259,12 @@ struct Inner {
     fast: bool,
     /// Account slots < CACHES of registered contexts.
     registered: u64,
-    /// Some cache may hold a budget (cleared when every budget is revoked).
-    granted: bool,
-    /// Slots taken back from caches (reused buffer).
-    flushed: Vec<Slot>,
+    /// Tokens the caches hold (see `cache.rs`).
+    tokens: u64,
+    /// Free blocks taken back from caches (a reused buffer).
+    flushed: Vec<cache::Parked>,
+    /// Account of the context whose allocation or free is running.
+    acct: u32,
 }
 
 /// A device's pool.
@@ -375,8 +377,9 @@ impl Pool {
                 caches,
                 fast: config.enabled && config.history == 0 && config.release_threshold == u64::MAX,
                 registered: 0,
-                granted: false,
+                tokens: 0,
                 flushed: Vec::new(),
+                acct: NIL,
             }),
             config,
         }
@@ -435,7 +438,7 @@ impl Pool {
             // outlive the context) to the pool's records, the budget to the gauges.
             inner.caches[acct as usize].lock().active = false;
             inner.flush_cache(acct as usize, true);
-            inner.revoke(acct as usize);
+            inner.revoke(acct as usize, true);
             inner.registered &= !(1 << acct);
         }
         for b in inner.blocks.iter_mut() {
@@ -470,8 +473,10 @@ impl Pool {
     pub fn alloc(&self, dev: &Device, req: &Request) -> UmdResult<Grant> {
         // The hit path: this context's cache, without the pool mutex.
         if let Some(c) = self.caches.get(req.acct as usize) {
-            if let Some(g) = c.enter().alloc(req) {
-                return Ok(*g);
+            if c.parked.load(Ordering::Relaxed) != 0 {
+                if let Some(g) = c.lock().alloc(req) {
+                    return Ok(*g);
+                }
             }
         }
         self.alloc_slow(dev, req)
@@ -491,7 +496,7 @@ impl Pool {
         } else {
             page
         };
-        inner.note(req, class);
+        inner.acct = req.acct;
         if inner.enabled {
             if !inner.pending.is_empty() {
                 // Blocks whose fences were seen signalled (waits and queries update the
@@ -499,21 +504,22 @@ impl Pool {
                 inner.process_pending(dev);
             }
             if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
-                return Ok(inner.grant(id, req, true));
+                return Ok(inner.grant(id, req, class, true));
             }
             if !inner.pending.is_empty() {
                 // Ask the kernel how far the contexts got before creating a new object.
                 inner.refresh(dev, false);
                 if inner.process_pending(dev) > 0 {
                     if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
-                        return Ok(inner.grant(id, req, true));
+                        return Ok(inner.grant(id, req, class, true));
                     }
                 }
             }
-            // Free blocks parked in other contexts' caches, before a new kernel object.
+            // Free blocks parked in other contexts' caches (left alone until now: taking them
+            // would stall the threads using them), before a new kernel object.
             if inner.flush_caches() > 0 {
                 if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
-                    return Ok(inner.grant(id, req, true));
+                    return Ok(inner.grant(id, req, class, true));
                 }
             }
         }
@@ -530,7 +536,7 @@ impl Pool {
                     let first = inner.segs[seg as usize].first;
                     let id = inner.take_block(first, kind, class, align);
                     inner.stats.num_cache_misses += 1;
-                    return Ok(inner.grant(id, req, false));
+                    return Ok(inner.grant(id, req, class, false));
                 }
                 Err(SegErr::Oom(..)) if !retried => {
                     retried = true;
@@ -539,7 +545,7 @@ impl Pool {
                     inner.process_pending(dev);
                     if inner.enabled {
                         if let Some(id) = inner.take(req.acct, kind, req.read_only, class, align) {
-                            return Ok(inner.grant(id, req, true));
+                            return Ok(inner.grant(id, req, class, true));
                         }
                     }
                     released = inner.release_empty(dev, 0);
@@ -551,7 +557,8 @@ impl Pool {
                     );
                 }
                 Err(SegErr::Oom(kmd, what)) => {
-                    inner.revoke_all(); // the detail reads true gauges
+                    inner.note(req, class);
+                    inner.revoke_all(true); // the detail reads true gauges
                     inner.stats.num_ooms += 1;
                     inner.event(
                         EventKind::Oom,
@@ -574,9 +581,9 @@ impl Pool {
     /// Returns the block of `grant`. Reuse waits for the fences of the jobs that used it.
     #[inline(always)]
     pub fn free(&self, dev: &Device, grant: &Grant, note: FreeNote) {
-        if let Some(c) = self.caches.get(grant.acct as usize) {
+        if let (Some(c), true) = (self.caches.get(grant.acct as usize), grant.slot != NIL) {
             // The hit path's other half: back into the context's cache when idle.
-            if c.enter().free(grant, note.at_ns, || dev.is_lost()) {
+            if c.lock().free(grant, note.at_ns, || dev.is_lost()) {
                 if c.parked.load(Ordering::Relaxed) == 0 {
                     c.parked.store(1, Ordering::Relaxed);
                 }
@@ -591,6 +598,7 @@ impl Pool {
         let block = grant.block;
         let mut g = self.lock();
         let inner = &mut *g;
+        inner.acct = grant.acct;
         let live = match inner.blocks.get(block as usize).map(|b| b.state) {
             Some(State::Live) => true,
             Some(State::Cached) => inner.undelegate_live(block),
@@ -610,7 +618,7 @@ impl Pool {
     /// Registers the C handle of the buffer holding the block of `grant` (free by address).
     pub fn set_handle(&self, grant: &Grant, handle: u64) {
         if let Some(c) = self.caches.get(grant.acct as usize) {
-            if let Some(s) = c.enter().slot_mut(grant.slot, grant.block) {
+            if let Some(s) = c.lock().slot_mut(grant.slot, grant.block) {
                 s.handle = handle;
                 return;
             }
@@ -677,7 +685,7 @@ impl Pool {
             }
             if !fast {
                 g.flush_caches();
-                g.revoke_all();
+                g.revoke_all(true);
             }
         }
         g.release_empty(dev, bytes);
@@ -686,7 +694,7 @@ impl Pool {
     /// Resets every peak to its current value.
     pub fn reset_peaks(&self) {
         let mut g = self.lock();
-        g.revoke_all(); // `current` becomes the true value
+        g.revoke_all(true); // `current` becomes the true value
         g.stats.reset_peaks();
         for a in g.accounts.iter_mut() {
             a.stats.reset_peaks();
@@ -855,10 +863,13 @@ impl Pool {
     }
 }
 
-/// Takes budgets given back by a cache out of the gauges' `current`.
-fn unbudget(stats: &mut Stats, b: &Budget) {
+/// Takes budgets given back by a cache out of the gauges' `current`, and their tokens out of
+/// `tokens` (every token stands for one block: on the allocated or on the cached side).
+fn unbudget(stats: &mut Stats, tokens: &mut u64, b: &Budget) {
     for kind in [PoolKind::Small, PoolKind::Large] {
-        for (d, &n) in b[cache::k(kind)].iter().enumerate() {
+        let b = &b[cache::k(kind)];
+        *tokens -= b[2] + b[4];
+        for (d, &n) in b.iter().enumerate() {
             if n > 0 {
                 stats.shift(kind, d, n, false);
             }
@@ -887,28 +898,51 @@ impl Inner {
     }
 
     /// Before raising the gauges of `kind` by `up` (per budget dimension): if that would pass
-    /// a peak while caches may hold budgets, revokes them all, so that `current` is the true
-    /// value and the peak the operation sets is exact.
-    fn room(&mut self, kind: PoolKind, up: [u64; DIMS]) {
-        if self.granted && (0..DIMS).any(|d| up[d] > 0 && self.stats.would_peak(kind, d, up[d])) {
-            self.revoke_all();
+    /// a peak while caches may hold tokens, revokes those of the dimensions concerned (the
+    /// allocated side, or everything when a cached gauge would pass), so that `current` is the
+    /// true value and the peak the operation sets is exact.
+    /// `flush`: the caller's blocks are in a consistent state (no free block out of its bin).
+    fn room(&mut self, kind: PoolKind, up: [u64; DIMS], flush: bool) {
+        let pass = |d: usize, st: &mut Stats| up[d] > 0 && st.would_peak(kind, d, up[d]);
+        if self.tokens == 0 || !(0..DIMS).any(|d| pass(d, &mut self.stats)) {
+            return;
+        }
+        // Taking back the operating context's free blocks (and their tokens) usually suffices
+        // and costs it little: only then everyone's tokens.
+        if flush && self.flush_own(self.acct) > 0 && !(0..DIMS).any(|d| pass(d, &mut self.stats)) {
+            return;
+        }
+        if (3..DIMS).any(|d| pass(d, &mut self.stats)) {
+            self.revoke_all(true);
+        } else if (0..3).any(|d| pass(d, &mut self.stats)) {
+            self.revoke_all(false);
         }
     }
 
-    /// Takes every cache's budget back.
-    fn revoke_all(&mut self) {
-        if self.granted {
-            for i in 0..self.caches.len() {
-                self.revoke(i);
+    /// Takes back the free blocks of the cache of account `acct`, if it has any.
+    fn flush_own(&mut self, acct: u32) -> usize {
+        match self.caches.get(acct as usize) {
+            Some(c) if c.parked.load(Ordering::Relaxed) != 0 => {
+                self.flush_cache(acct as usize, false)
             }
-            self.granted = false;
+            _ => 0,
         }
     }
 
-    /// Takes cache `i`'s budget back (a hit or free there then needs the pool mutex once).
-    fn revoke(&mut self, i: usize) {
-        let b = self.caches[i].lock().revoke();
-        unbudget(&mut self.stats, &b);
+    /// Takes the caches' tokens back: those of the allocated side, or (`cached`) all.
+    fn revoke_all(&mut self, cached: bool) {
+        if self.tokens > 0 {
+            // Only registered contexts' caches hold tokens (unregister takes them back).
+            for i in bits(self.registered) {
+                self.revoke(i, cached);
+            }
+        }
+    }
+
+    /// Takes cache `i`'s tokens back (see [`cache::CacheData::revoke`]).
+    fn revoke(&mut self, i: usize, cached: bool) {
+        let b = self.caches[i].lock().revoke(cached);
+        unbudget(&mut self.stats, &mut self.tokens, &b);
     }
 
     /// Takes the free blocks of every cache back (to the quick lists); returns how many.
@@ -926,32 +960,35 @@ impl Inner {
     /// outlive their context); returns how many.
     fn flush_cache(&mut self, i: usize, live: bool) -> usize {
         let mut out = std::mem::take(&mut self.flushed);
+        let mut lives = Vec::new();
         let mut b = [[0; DIMS]; 2];
         let ctx_id = {
             let c = &self.caches[i];
             let mut d = c.lock();
-            d.drain(live, &mut out, &mut b);
+            d.drain(&mut out, live.then_some(&mut lives), &mut b);
             c.parked.store(0, Ordering::Relaxed);
             d.ctx_id
         };
-        unbudget(&mut self.stats, &b);
-        let n = out.len();
-        for s in out.drain(..) {
-            if s.live {
-                self.adopt_live(s, ctx_id);
-                continue;
+        unbudget(&mut self.stats, &mut self.tokens, &b);
+        let n = out.len() + lives.len();
+        for s in lives {
+            self.adopt_live(s, ctx_id);
+        }
+        for p in out.drain(..) {
+            if p.hit {
+                // (Else the pool's free of its last buffer already left this ghost.)
+                self.remember(Ghost {
+                    va: p.va,
+                    requested: p.requested,
+                    size: p.size,
+                    buffer: p.buffer,
+                    ctx_id,
+                    seq: 0,
+                    at_ns: p.at_ns,
+                    site: None,
+                });
             }
-            self.remember(Ghost {
-                va: s.g.va,
-                requested: s.requested,
-                size: s.g.size,
-                buffer: s.buffer,
-                ctx_id,
-                seq: 0,
-                at_ns: s.at_ns,
-                site: None,
-            });
-            self.make_free(None, s.g.block);
+            self.make_free(None, p.block);
         }
         self.flushed = out;
         n
@@ -971,7 +1008,7 @@ impl Inner {
             let mut d = c.lock();
             (d.take_live(slot, id, &mut b), d.ctx_id)
         };
-        unbudget(&mut self.stats, &b);
+        unbudget(&mut self.stats, &mut self.tokens, &b);
         match s {
             Some(s) => {
                 self.adopt_live(s, ctx_id);
@@ -1065,10 +1102,7 @@ impl Inner {
         // Blocks parked in the context's own cache are free memory too: best fit sees them
         // (coalesced). Other contexts' caches are left alone until a new kernel object would be
         // needed (`Pool::alloc`): taking them would stall the threads using them.
-        let own = (acct as usize) < CACHES
-            && self.caches[acct as usize].parked.load(Ordering::Relaxed) > 0
-            && self.flush_cache(acct as usize, false) > 0;
-        if own && align <= gran {
+        if self.flush_own(acct) > 0 && align <= gran {
             if let Some(id) = self.bins[bin].quick_pop(&mut self.blocks, class) {
                 return Some(id);
             }
@@ -1146,13 +1180,13 @@ impl Inner {
         b.next = nid;
         self.segs[seg as usize].set_head(off + at, nid);
         let kind = self.segs[seg as usize].kind;
-        self.room(kind, [0, 0, 0, 0, 1]);
+        self.room(kind, [0, 0, 0, 0, 1], false);
         self.stats.cached_count.add(kind, 1);
         nid
     }
 
-    /// Marks `id` live for `req` and accounts it.
-    fn grant(&mut self, id: u32, req: &Request, hit: bool) -> Grant {
+    /// Marks `id` live for `req` (of size class `class`) and accounts it.
+    fn grant(&mut self, id: u32, req: &Request, class: u64, hit: bool) -> Grant {
         let (seg, offset, size) = {
             let b = &mut self.blocks[id as usize];
             b.state = State::Live;
@@ -1171,8 +1205,8 @@ impl Inner {
             s.listed = false;
         }
         s.busy += 1;
-        let (kind, va, ro) = (s.kind, s.va + offset, s.read_only);
-        self.room(kind, [size, req.size, 1, 0, 0]);
+        let (kind, va) = (s.kind, s.va + offset);
+        self.room(kind, [size, req.size, 1, 0, 0], true);
         let st = &mut self.stats;
         st.allocated_bytes.add(kind, size);
         st.requested_bytes.add(kind, req.size);
@@ -1185,10 +1219,8 @@ impl Inner {
         if hit {
             st.num_cache_hits += 1;
         }
-        // Per-context accounting, and delegation to the context's cache: the block's free (and
-        // the next same-size allocation) then skip the pool mutex. It brings the cached budget
-        // its free will spend (what this allocation just took off the cached gauges).
-        let mut g = Grant {
+        // Per-context accounting (in the context's cache when it has one).
+        let g = Grant {
             block: id,
             seg,
             offset,
@@ -1202,34 +1234,25 @@ impl Inner {
         if let Some(c) = self.caches.get(req.acct as usize) {
             let mut d = c.lock();
             if d.ctx_id == req.ctx_id {
+                d.note(class);
                 let st = &d.stats;
                 if st.allocated_bytes.current + size > st.allocated_bytes.peak
                     || st.requested_bytes.current + req.size > st.requested_bytes.peak
                     || st.allocation_count.current >= st.allocation_count.peak
                 {
                     // A new peak of the context: its `current` must be true first.
-                    let b = d.revoke();
-                    unbudget(&mut self.stats, &b);
+                    let b = d.revoke(false);
+                    unbudget(&mut self.stats, &mut self.tokens, &b);
                 }
                 d.stats.on_alloc(size, req.size, hit);
-                if d.active {
-                    if let Some(i) = d.insert(cache::CacheData::live_slot(g, ro, req)) {
-                        g.slot = i;
-                    }
+            }
+        } else {
+            self.note(req, class);
+            if let Some(a) = self.accounts.get_mut(req.acct as usize) {
+                if a.ctx_id == req.ctx_id {
+                    a.stats.on_alloc(size, req.size, hit);
                 }
             }
-        } else if let Some(a) = self.accounts.get_mut(req.acct as usize) {
-            if a.ctx_id == req.ctx_id {
-                a.stats.on_alloc(size, req.size, hit);
-            }
-        }
-        if g.slot != NIL {
-            self.stats.shift(kind, 3, size, true);
-            self.stats.shift(kind, 4, 1, true);
-            self.granted = true;
-            let b = &mut self.blocks[id as usize];
-            b.state = State::Cached;
-            b.slot = g.slot;
         }
         let ev = if hit {
             EventKind::Reuse
@@ -1353,7 +1376,7 @@ impl Inner {
             (s.kind, s.va + offset)
         };
         self.handles[id as usize] = 0;
-        self.room(kind, [0, 0, 0, size, 1]);
+        self.room(kind, [0, 0, 0, size, 1], true);
         let st = &mut self.stats;
         st.allocated_bytes.sub(kind, size);
         st.requested_bytes.sub(kind, requested);
@@ -1361,17 +1384,19 @@ impl Inner {
         st.allocation_count.sub(kind, 1);
         st.cached_count.add(kind, 1);
         st.num_frees += 1;
-        if let Some(c) = self.caches.get(acct as usize) {
-            let mut d = c.lock();
-            if d.ctx_id == ctx_id {
-                d.stats.on_free(size, requested);
-            }
-        } else if let Some(a) = self.accounts.get_mut(acct as usize) {
-            if a.ctx_id == ctx_id {
-                a.stats.on_free(size, requested);
-            }
-        }
         let deferred = !self.reusable(id, lost);
+        // Per-context accounting; a block reusable at once may go to the context's cache.
+        let delegated = match self.caches.get(acct as usize) {
+            Some(_) => self.account_free(id, acct, ctx_id, !deferred, note.at_ns),
+            None => {
+                if let Some(a) = self.accounts.get_mut(acct as usize) {
+                    if a.ctx_id == ctx_id {
+                        a.stats.on_free(size, requested);
+                    }
+                }
+                false
+            }
+        };
         let ev = if deferred {
             EventKind::FreeDeferred
         } else {
@@ -1406,8 +1431,69 @@ impl Inner {
         } else {
             self.stats.active_bytes.sub(kind, size);
             self.stats.active_count.sub(kind, 1);
-            self.make_free(Some(dev), id);
+            if !delegated {
+                self.make_free(Some(dev), id);
+            }
         }
+    }
+
+    /// Accounts the free of live block `id` to its context's cache (account `acct` < CACHES)
+    /// and, when `reusable`, hands the block to that cache with the token of the allocated side
+    /// its free just made room for (the gauges' `current` does not move). Returns true if the
+    /// cache took the block.
+    fn account_free(
+        &mut self,
+        id: u32,
+        acct: u32,
+        ctx_id: u64,
+        reusable: bool,
+        at_ns: u64,
+    ) -> bool {
+        let b = &self.blocks[id as usize];
+        let seg = &self.segs[b.seg as usize];
+        let g = Grant {
+            block: id,
+            seg: b.seg,
+            acct,
+            slot: NIL,
+            offset: b.offset,
+            va: seg.va + b.offset,
+            size: b.size,
+            kind: seg.kind,
+            hit: true,
+        };
+        let (requested, buffer, ro) = (b.requested, b.buffer, seg.read_only);
+        let slot = {
+            let mut d = self.caches[acct as usize].lock();
+            if d.ctx_id != ctx_id {
+                return false;
+            }
+            d.stats.on_free(g.size, requested);
+            // Only a size the context asked for lately: in a stream of varied sizes, parking
+            // every block would cost more than the few hits it buys.
+            if !reusable || !d.active || !d.asked_lately(g.size) {
+                return false;
+            }
+            let Some(slot) = d.insert(g, ro, buffer, requested, at_ns) else {
+                return false;
+            };
+            let st = &mut d.stats;
+            st.allocated_bytes.current += g.size;
+            st.requested_bytes.current += requested;
+            st.allocation_count.current += 1;
+            slot
+        };
+        self.caches[acct as usize]
+            .parked
+            .store(1, Ordering::Relaxed);
+        for (d, n) in [(0, g.size), (1, requested), (2, 1)] {
+            self.stats.shift(g.kind, d, n, true);
+        }
+        self.tokens += 1;
+        let b = &mut self.blocks[id as usize];
+        b.state = State::Cached;
+        b.slot = slot;
+        true
     }
 
     /// Keeps a freed buffer for reports (a ring: overwrites the oldest in place).
@@ -1690,7 +1776,7 @@ impl Inner {
         }
         self.index.insert(va, seg_id);
         self.bins[bin_of(kind, ro)].insert(&mut self.blocks, first);
-        self.room(kind, [0, 0, 0, size, 1]);
+        self.room(kind, [0, 0, 0, size, 1], false);
         let st = &mut self.stats;
         st.reserved_bytes.add(kind, size);
         st.cached_bytes.add(kind, size);
@@ -1779,7 +1865,7 @@ impl Inner {
         if self.stats.cached_bytes.all().current > keep {
             // Cached blocks back to the bins, budgets back to the gauges: `current` is true.
             self.flush_caches();
-            self.revoke_all();
+            self.revoke_all(true);
             self.flush_all_quick();
         }
         while self.stats.cached_bytes.all().current > keep {
