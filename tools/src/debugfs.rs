@@ -245,6 +245,10 @@ pub fn scan(host: &Host, notes: &mut Notes) -> Debugfs {
     let mut dirs: Vec<(String, String, bool)> = Vec::new();
     for e in entries {
         let dir = format!("{DRI}/{e}");
+        // Not every entry is a device directory (7.3 has a `bridges` file there).
+        if !host.path(&dir).is_dir() {
+            continue;
+        }
         // The same device may appear twice (a minor number and a symlink to it).
         let canon = std::fs::canonicalize(host.path(&dir)).unwrap_or_else(|_| host.path(&dir));
         if !seen.insert(canon) {

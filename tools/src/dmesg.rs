@@ -197,6 +197,8 @@ pub enum Event {
     Lost,
     /// An engine reset failed.
     ResetFailed,
+    /// A lost device was power-cycled and works again (`device re-initialised (power cycle) ...`).
+    Reinit,
     /// The device fell off the bus.
     OffBus,
     /// An uncorrectable memory error.
@@ -294,7 +296,9 @@ pub fn classify(log: &KernelLog) -> Vec<Found> {
         } else if b.starts_with("LEAK:") && l.contains("aigpu") {
             push(&mut out, Event::Leak);
         } else if ours {
-            let e = if l.contains("off the bus") || l.contains("fell off") {
+            let e = if l.contains("re-initialised") {
+                Some(Event::Reinit)
+            } else if l.contains("off the bus") || l.contains("fell off") {
                 Some(Event::OffBus)
             } else if l.contains("reset") && l.contains("fail") {
                 Some(Event::ResetFailed)

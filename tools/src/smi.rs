@@ -667,6 +667,9 @@ fn device_text(d: &DeviceView) -> String {
         );
         return out;
     };
+    // A lost device's registers do not answer (they read all ones): say so instead of printing
+    // the raw values as if they were a state and a job.
+    let lost = d.state() == "lost";
     let rows: Vec<Vec<String>> = dfs
         .queues
         .iter()
@@ -674,7 +677,10 @@ fn device_text(d: &DeviceView) -> String {
             vec![
                 q.or_dash("queue").into(),
                 q.or_dash("prio").into(),
-                q.or_dash("state").into(),
+                match q.get("state") {
+                    Some("unknown") if lost => "no answer".into(),
+                    s => s.unwrap_or("-").into(),
+                },
                 q.get("busy_pct")
                     .map(|b| format!("{b}%"))
                     .unwrap_or_else(|| "-".into()),
@@ -682,6 +688,7 @@ fn device_text(d: &DeviceView) -> String {
                 q.or_dash("jobs").into(),
                 match q.get("cur_job") {
                     Some("0") | None => "-".into(),
+                    Some("18446744073709551615") => "- (reads all ones)".into(),
                     Some(j) => j.into(),
                 },
             ]

@@ -199,6 +199,45 @@ fn journal_found(s: &Snapshot) -> Vec<(String, Found)> {
     v
 }
 
+/// The device a driver line names (`aigpu aigpu0: ...` → `aigpu0`).
+fn dmesg_device(f: &Found) -> Option<String> {
+    dmesg::body(&f.line)
+        .split_whitespace()
+        .nth(1)
+        .filter(|d| d.starts_with("aigpu"))
+        .map(|d| d.trim_end_matches(':').to_string())
+}
+
+/// A device loss the kernel log records: the device, the `engine reset failed` line, and the
+/// `device re-initialised` line after it when the device has been power-cycled since (the kernel
+/// does that at the next open once no context is left on the lost device).
+struct LostInLog<'a> {
+    device: String,
+    failed: &'a (String, Found),
+    reinit: Option<&'a (String, Found)>,
+}
+
+/// The most recent loss of each device in the kernel log.
+fn losses_in_log(dm: &[(String, Found)]) -> Vec<LostInLog<'_>> {
+    let mut out: Vec<LostInLog<'_>> = Vec::new();
+    for (i, x) in dm.iter().enumerate() {
+        if x.1.event != Event::ResetFailed {
+            continue;
+        }
+        let device = dmesg_device(&x.1).unwrap_or_else(|| "aigpu".into());
+        let reinit = dm[i + 1..].iter().find(|(_, f)| {
+            f.event == Event::Reinit && dmesg_device(f).unwrap_or_else(|| "aigpu".into()) == device
+        });
+        out.retain(|l| l.device != device);
+        out.push(LostInLog {
+            device,
+            failed: x,
+            reinit,
+        });
+    }
+    out
+}
+
 fn device_names(s: &Snapshot) -> Vec<String> {
     s.view.devices.iter().map(|d| d.name.clone()).collect()
 }
@@ -273,7 +312,7 @@ fn hardware(s: &Snapshot) -> Status {
             }
             out.push(finding(
                 format!(
-                    "{} is lost: the engine did not come back from a reset (every ioctl fails with ENODEV until the module is reloaded)",
+                    "{} is lost: the engine did not come back from a reset (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)",
                     d.name
                 ),
                 e,
@@ -281,11 +320,22 @@ fn hardware(s: &Snapshot) -> Status {
         }
     }
     if out.is_empty() {
-        if let Some((src, f)) = dm.iter().rev().find(|(_, f)| f.event == Event::ResetFailed) {
-            out.push(finding(
-                "an engine reset failed: the device is lost",
-                vec![dmesg_ev(src, f)],
-            ));
+        for l in losses_in_log(&dm).iter().rev() {
+            let (src, f) = l.failed;
+            match l.reinit {
+                // Lost, and power-cycled since: it works now, but the work on it then was lost.
+                Some((rsrc, r)) => out.push(finding(
+                    format!(
+                        "{} was lost (an engine reset failed) and has been re-initialised since",
+                        l.device
+                    ),
+                    vec![dmesg_ev(src, f), dmesg_ev(rsrc, r)],
+                )),
+                None => out.push(finding(
+                    "an engine reset failed: the device is lost",
+                    vec![dmesg_ev(src, f)],
+                )),
+            }
         }
     }
     if !out.is_empty() {
@@ -741,12 +791,7 @@ fn application(s: &Snapshot) -> Status {
                 Event::Hang => "job timeout",
                 _ => continue,
             };
-            let device = dmesg::body(&f.line)
-                .split_whitespace()
-                .nth(1)
-                .filter(|d| d.starts_with("aigpu"))
-                .map(|d| d.trim_end_matches(':').to_string())
-                .unwrap_or_else(|| "aigpu".into());
+            let device = dmesg_device(f).unwrap_or_else(|| "aigpu".into());
             kernel_side.push(Incident {
                 kind,
                 device,
@@ -819,7 +864,15 @@ fn application(s: &Snapshot) -> Status {
         .iter()
         .filter(|d| d.state() == "lost")
         .collect();
-    if !lost_dev.is_empty() {
+    // A device lost earlier and re-initialised since (the kernel log says both): the loss is
+    // still what happened to the application that was using it.
+    let dm = dmesg_found(s);
+    let lost_before: Vec<LostInLog<'_>> = if lost_dev.is_empty() {
+        losses_in_log(&dm)
+    } else {
+        Vec::new()
+    };
+    if !lost_dev.is_empty() || !lost_before.is_empty() {
         let last = kernel_side.iter().max_by_key(|i| i.time);
         // libumd's own record of the loss (a process on the kernel backend), when it came after
         // that fault.
@@ -841,6 +894,9 @@ fn application(s: &Snapshot) -> Status {
                 }
             }
         }
+        for l in &lost_before {
+            e.push(dmesg_ev(&l.failed.0, &l.failed.1));
+        }
         if let Some(r) = lost_log {
             e.push(log_ev(r));
         }
@@ -848,10 +904,15 @@ fn application(s: &Snapshot) -> Status {
             e.push(i.evidence.clone());
         }
         let when = at.map(|t| format!(" at {}", t.hms())).unwrap_or_default();
+        let since = if lost_before.iter().any(|l| l.reinit.is_some()) {
+            " (re-initialised since)"
+        } else {
+            ""
+        };
         out.push(finding(
             match last {
-                Some(i) => format!("device lost{when} after {} {}", i.what(), i.place()),
-                None => format!("device lost{when} (no fault or hang recorded before it)"),
+                Some(i) => format!("device lost{when} after {} {}{since}", i.what(), i.place()),
+                None => format!("device lost{when} (no fault or hang recorded before it){since}"),
             },
             e,
         ));

@@ -457,3 +457,36 @@ fn lost_device_from_libumd_logs_only() {
         "{screen}"
     );
 }
+
+/// A lost device that the kernel has power-cycled since (the next open after its last context
+/// was gone): debugfs says `state=ok`, but the kernel log keeps the loss, and the verdict still
+/// names it and what came before it.
+#[test]
+fn lost_device_reinitialised_since() {
+    let m = machine("lost");
+    let status = m.join("root/sys/kernel/debug/dri/0/status");
+    let st = read(&status).replace("state=lost", "state=ok");
+    std::fs::write(&status, st).expect("status");
+    let mut dmesg = read(&m.join("dmesg.txt"));
+    dmesg.push_str("[ 7990.100000] aigpu aigpu0: device re-initialised (power cycle) after it was lost; no context was left on it\n");
+    std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
+    let (screen, _, _) = triage(&m, &fixtures().join("logs"), &[]);
+    let hw: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("  hardware: "))
+        .take(3)
+        .collect();
+    assert_eq!(
+        hw,
+        vec![
+            "  hardware: aigpu0 was lost (an engine reset failed) and has been re-initialised since",
+            "    evidence (dmesg): [ 7987.652113] aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV",
+            "    evidence (dmesg): [ 7990.100000] aigpu aigpu0: device re-initialised (power cycle) after it was lost; no context was left on it",
+        ],
+        "{screen}"
+    );
+    assert_eq!(
+        verdict_line(&screen, "application"),
+        "  application: device lost at 02:13:07 after a page fault at 0x7f0010000 in context 12 (pid 4411, python) (re-initialised since)"
+    );
+}

@@ -69,7 +69,7 @@ impl NoKernelDevice {
                 uapi::MIN_KERNEL_MINOR
             ),
             NoKernelDevice::Lost(node) => format!(
-                "{node}: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; reload the module: rmmod aigpu && modprobe aigpu)"
+                "{node}: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; it works again once every process using it has let go of it (the next open then power-cycles it), or reload the module: rmmod aigpu && modprobe aigpu)"
             ),
             NoKernelDevice::Other(s) => s.clone(),
         }
