@@ -9,6 +9,8 @@
 #   bin/mlp_demo              the demo
 #   bin/umd-submit-bench      the kernel-submission benchmark (bench/submit; run by init.sh when
 #                             the kernel command line says aigpu.bench=1)
+#   bin/umd-smi, bin/umd-log  the triage tools (tools/), run against the real module by
+#                             tests/guest/tools_test.sh
 #   lib/                      libumd.so(.1) and every shared library those programs load, with
 #                             the dynamic loader, so the guest needs no distribution
 # The binaries are the same ones the host runs on the simulator: one source, two backends.
@@ -18,8 +20,8 @@ cd "$ROOT"
 OUT=out/guest/umd
 rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/lib"
 
-cargo build --release -q -p umd -p umd-submit-bench
-cp target/release/umd-submit-bench "$OUT/bin/"
+cargo build --release -q -p umd -p umd-submit-bench -p aigpu-tools
+cp target/release/umd-submit-bench target/release/umd-smi target/release/umd-log "$OUT/bin/"
 ln -sf libumd.so target/release/libumd.so.1
 tests=(backend_conformance)
 for t in umd/tests/pool_*.rs; do

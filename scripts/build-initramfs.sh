@@ -7,7 +7,9 @@
 # (/lib/modules/aigpu.ko; default: the one scripts/build-module.sh built for that kernel), the
 # static test programs (/bin/kmd_test and /bin/exec_test from tests/guest/*.c, `gcc -static -Wall
 # -Wextra -Werror` against the kernel's installed UAPI headers and include/aigpu_drm.h) and PID 1
-# (/init = tests/guest/init.sh). Extra static binaries (e.g. Rust tests built with
+# (/init = tests/guest/init.sh), tests/guest/tools_test.sh (/bin/tools_test.sh) and a copy of
+# aigpu.ko whose version magic names another kernel release of the same length
+# (/lib/modules/aigpu-vermagic.ko, for the triage tools' version-mismatch case). Extra static binaries (e.g. Rust tests built with
 # `-C target-feature=+crt-static`) can be added with GUEST_EXTRA_BINS="path ..." (to /bin).
 # If out/guest/umd/ exists (scripts/build-guest-umd.sh), its bin/, lib/ and lib64/ go to /bin,
 # /lib and /lib64 (the UMD conformance tests, run by init.sh with UMD_BACKEND=kmd).
@@ -34,12 +36,31 @@ gcc "${cflags[@]}" -o "$OUT/exec_test" "$AIGPU_ROOT/tests/guest/exec_test.c"
 
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
+# mktemp makes the directory 0700; it becomes the guest's /, which other users must traverse (the
+# triage tool runs as nobody in tools_test.sh).
+chmod 755 "$R"
 mkdir -p "$R"/{bin,lib/modules,proc,sys,dev,tmp}
 cp /bin/busybox "$R/bin/busybox"
 ln -s busybox "$R/bin/sh"
 cp "$AIGPU_ROOT/tests/guest/init.sh" "$R/init"
 chmod +x "$R/init"
 cp "$KO" "$R/lib/modules/aigpu.ko"
+cp "$AIGPU_ROOT/tests/guest/tools_test.sh" "$R/bin/tools_test.sh"
+chmod +x "$R/bin/tools_test.sh"
+# The module as if built for another kernel: the release in `vermagic=` (.modinfo) with its last
+# digit changed, same length, so only the kernel's version-magic check can refuse it.
+python3 - "$KO" "$R/lib/modules" <<'PY'
+import re, sys
+ko, out = sys.argv[1], sys.argv[2]
+data = open(ko, "rb").read()
+m = re.search(rb"vermagic=([0-9][^ \0]*?)([0-9])( )", data)
+if not m:
+    sys.exit("build-initramfs: no vermagic=<release> in " + ko)
+other = m.group(1) + str((int(m.group(2)) + 1) % 10).encode()
+data = data[: m.start(1)] + other + data[m.start(3):]
+open(out + "/aigpu-vermagic.ko", "wb").write(data)
+open(out + "/aigpu-vermagic.txt", "w").write("aigpu-vermagic.ko built for %s\n" % other.decode())
+PY
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
 cp "$OUT/exec_test" "$R/bin/exec_test"
 for b in ${GUEST_EXTRA_BINS:-}; do

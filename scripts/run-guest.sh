@@ -9,7 +9,9 @@
 # log, out/guest/serial-<flavor>.log, and turns kmemleak on for debug kernels.
 # Env: GUEST_TIMEOUT (seconds, default 1200: the whole UMD suite runs in the guest), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2),
 # GUEST_MODE=bench (run the kernel-submission benchmark instead of the tests: log
-# out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat).
+# out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat),
+# GUEST_MODE=tools (only the triage tools' checks, tests/guest/tools_test.sh: log
+# out/guest/tools-<flavor>.log).
 #
 # PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0`, `kmd_test: N passed, 0 failed` and `exec_test: N
 # passed, 0 failed` in the log, and none of: a test FAIL line (kmd_test, exec_test, abi_test), `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
@@ -28,6 +30,7 @@ INITRD=$AIGPU_ROOT/out/guest/initramfs.cpio.gz
 LOG=$AIGPU_ROOT/out/guest/serial-$FLAVOR.log
 MODE=${GUEST_MODE:-test}
 [ "$MODE" = bench ] && LOG=$AIGPU_ROOT/out/guest/bench-$FLAVOR.log
+[ "$MODE" = tools ] && LOG=$AIGPU_ROOT/out/guest/tools-$FLAVOR.log
 TMO=${GUEST_TIMEOUT:-1200}
 [ -f "$KERNEL" ] || { echo "run-guest: no kernel at $KERNEL" >&2; exit 2; }
 [ -f "$INITRD" ] || { echo "run-guest: no initramfs at $INITRD (run scripts/build-initramfs.sh)" >&2; exit 2; }
@@ -36,6 +39,7 @@ mkdir -p "$(dirname "$LOG")"
 cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on"
 [ "$MODE" = bench ] && cmdline+=" aigpu.bench=1"
+[ "$MODE" = tools ] && cmdline+=" aigpu.tools=1"
 
 start=$(date +%s.%N)
 timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg -cpu max -m "${GUEST_MEM:-1024}" \
@@ -56,17 +60,25 @@ if [ "$MODE" = bench ]; then
 fi
 grep -q 'GUEST: DONE' "$LOG" || reasons+=("no 'GUEST: DONE' (guest did not finish)")
 grep -q 'GUEST: TEST_RC=0' "$LOG" || reasons+=("guest test status not 0")
-grep -qE 'kmd_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'kmd_test: N passed, 0 failed' line")
-grep -qE 'exec_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'exec_test: N passed, 0 failed' line")
+if [ "$MODE" = test ]; then
+  grep -qE 'kmd_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'kmd_test: N passed, 0 failed' line")
+  grep -qE 'exec_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'exec_test: N passed, 0 failed' line")
+fi
+# The triage tools' checks, when the tools are staged (they are whenever the UMD suite is).
+if [ "$MODE" = tools ] || grep -q 'GUEST: umd backend_conformance' "$LOG"; then
+  for ph in pre post; do
+    grep -qE "tools_test\($ph\): [0-9]+ passed, 0 failed" "$LOG" || reasons+=("no 'tools_test($ph): N passed, 0 failed' line")
+  done
+fi
 # Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
 # state, suspicious RCU usage); `lockdep is turned off` means an earlier report disabled it. A bare
 # `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
-BAD='kmd_test: FAIL|exec_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
+BAD='kmd_test: FAIL|exec_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
 if grep -qE "$BAD" "$LOG"; then
   reasons+=("kernel or test error lines in the log")
 fi
 
-grep -E '(kmd|exec)_test: [0-9]+ passed, [0-9]+ failed' "$LOG" || echo "run-guest: (no test summary line)"
+grep -E '(kmd|exec)_test: [0-9]+ passed, [0-9]+ failed|tools_test\((pre|post)\): [0-9]+ passed' "$LOG" || echo "run-guest: (no test summary line)"
 if grep -q 'GUEST: umd backend_conformance' "$LOG"; then
   grep -E '^test result:|^abi_test: [0-9]+ passed|^mlp_demo: |GUEST: umd .* exit' "$LOG" | sed 's/^/umd (kmd): /'
 fi

@@ -1215,17 +1215,80 @@ static void test_device_lost(void)
 	gpu_close(&g);
 }
 
+/*
+ * `exec_test --stage fault|lost`: stage one incident on aigpu0 for the triage tools' in-guest test
+ * (tests/guest/tools_test.sh) and exit, without reloading the module. `fault`: a job that reads
+ * the unmapped BAD_VA (offset 24), so the context is banned and a crash dump is kept. `lost`: the
+ * next engine reset is made to fail (debugfs) and a job hangs, so the watchdog's reset fails and
+ * the device is lost. Prints one `stage <what>: ...` line with the outcome; exit 0 when the
+ * incident happened as intended. `--hold` keeps the process (its file and context) alive after
+ * that line until it is killed.
+ */
+static int stage(const char *what, int hold)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = gpu_open(&g, 0);
+
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	if (r) {
+		printf("stage %s: setup rc=%d (%s)\n", what, r, strerror(-r));
+		return 1;
+	}
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 32, &va), *e = p;
+	int want_rc, inj = 0;
+	__u32 want_reason;
+	if (!strcmp(what, "fault")) {
+		e = pkt_fill(e, VA, 64, 3);
+		e = pkt_copy(e, BAD_VA, VA + 4096, 64); /* offset 24 */
+		want_rc = -ECANCELED;
+		want_reason = AIGPU_REASON_CTX_LOST;
+	} else if (!strcmp(what, "lost")) {
+		inj = dfs_write("inject_reset_failure", "1");
+		e = pkt_hang(p);
+		want_rc = -ENODEV;
+		want_reason = AIGPU_REASON_DEVICE_LOST;
+	} else {
+		printf("stage %s: unknown incident (fault or lost)\n", what);
+		gpu_close(&g);
+		return 2;
+	}
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct waited w = s.rc ? (struct waited){ .rc = s.rc } : wait_for(&g, ctx, s.seqno, 30000);
+	int good = inj == 0 && s.rc == 0 && w.rc == want_rc && w.reason == want_reason;
+	printf("stage %s: pid=%d ctx=%u inject=%d submit=%d wait=%d reason=%u%s\n", what, (int)getpid(), ctx, inj, s.rc,
+	       w.rc, w.reason, hold ? "; holding the device until killed" : "");
+	/* --hold: stay alive with the file and the context, as an application that has not exited
+	 * yet (a lost device is power-cycled only once no context is left on it). */
+	while (hold)
+		pause();
+	gpu_close(&g);
+	return good ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+	const char *stage_what = NULL;
+	int hold = 0;
+
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--module") && i + 1 < argc)
 			module_path = argv[++i];
 		else if (!strcmp(argv[i], "--params") && i + 1 < argc)
 			module_params = argv[++i];
+		else if (!strcmp(argv[i], "--stage") && i + 1 < argc)
+			stage_what = argv[++i];
+		else if (!strcmp(argv[i], "--hold"))
+			hold = 1;
 		else {
-			fprintf(stderr, "usage: %s --module PATH [--params STR]\n", argv[0]);
+			fprintf(stderr, "usage: %s --module PATH [--params STR] | --stage fault|lost [--hold]\n", argv[0]);
 			return 2;
 		}
+	}
+	if (stage_what) {
+		setvbuf(stdout, NULL, _IOLBF, 0);
+		return stage(stage_what, hold);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!module_path) {

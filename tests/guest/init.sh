@@ -8,7 +8,10 @@
 # unload/reload cycles) with the plain parameters; exec_test (execution: submit, waits, faults,
 # hangs, injections, killed processes, device lost), which reloads the module with its own
 # parameters and leaves it loaded with the UMD parameters; then the UMD's suite on the kernel
-# backend (backend conformance, the C ABI test, the pool tests, the MLP demo) when staged.
+# backend (backend conformance, the C ABI test, the pool tests, the MLP demo) when staged. The
+# triage tools' checks (tools_test.sh) run first, before the module was ever loaded (module not
+# loaded, version magic mismatch), and last, on a freshly loaded module they break on purpose
+# (page fault, lost device).
 /bin/busybox mkdir -p /proc /sys /dev /tmp
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -34,6 +37,23 @@ if grep -q 'aigpu.bench=1' /proc/cmdline; then
   rmmod aigpu
   echo "GUEST: BENCH DONE"
   poweroff -f
+fi
+
+# Tools mode (scripts/run-guest.sh with GUEST_MODE=tools): only the triage tools' checks.
+if grep -q 'aigpu.tools=1' /proc/cmdline; then
+  trc=0
+  /bin/tools_test.sh pre || trc=1
+  /bin/tools_test.sh post "$UMD_PARAMS" || trc=1
+  echo "GUEST: tools_test exit $trc"
+  echo "GUEST: TEST_RC=$trc"
+  echo "GUEST: DONE"
+  poweroff -f
+fi
+
+# Before the module was ever loaded.
+trc=0
+if [ -x /bin/umd-smi ]; then
+  /bin/tools_test.sh pre || trc=1
 fi
 
 rc=1
@@ -79,6 +99,11 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     unset UMD_BACKEND
   fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
+  if [ -x /bin/umd-smi ]; then
+    /bin/tools_test.sh post "$UMD_PARAMS" || trc=1
+    echo "GUEST: tools_test exit $trc"
+    [ $trc = 0 ] || rc=1
+  fi
 else
   echo "GUEST: FAIL insmod aigpu.ko"
 fi
