@@ -9,6 +9,8 @@
 #   bin/mlp_demo              the demo
 #   bin/umd-submit-bench      the kernel-submission benchmark (bench/submit; run by init.sh when
 #                             the kernel command line says aigpu.bench=1)
+#   bin/umd-pool-bench        the memory-pool benchmark (umd/benches/pool.rs), its alloc+free
+#                             table against the real module in bench mode
 #   bin/umd-smi, bin/umd-log  the triage tools (tools/), run against the real module by
 #                             tests/guest/tools_test.sh
 #   lib/                      libumd.so(.1) and every shared library those programs load, with
@@ -42,6 +44,14 @@ for t in "${tests[@]}"; do
   cp "$exe" "$OUT/bin/$t"
 done
 rm -f "$OUT/tests.txt"
+bench=$(cargo bench -q -p umd --bench pool --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="pool":
+        print(m["executable"])')
+[ -x "$bench" ] || { echo "build-guest-umd: pool benchmark binary not found" >&2; exit 1; }
+cp "$bench" "$OUT/bin/umd-pool-bench"
 # The guest needs no debug info (it only grows the initramfs the guest unpacks into RAM).
 strip --strip-debug "$OUT"/bin/* 2>/dev/null || true
 for prog in tests/c/abi_test.c examples/mlp_demo.c; do

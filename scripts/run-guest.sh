@@ -10,6 +10,7 @@
 # Env: GUEST_TIMEOUT (seconds, default 1200: the whole UMD suite runs in the guest), GUEST_MEM (MiB, default 1024), GUEST_SMP (default 2),
 # GUEST_MODE=bench (run the kernel-submission benchmark instead of the tests: log
 # out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat),
+# GUEST_BENCH_ARGS="--iters N --repeats R" (passed to the submission benchmark in bench mode),
 # GUEST_MODE=tools (only the triage tools' checks, tests/guest/tools_test.sh: log
 # out/guest/tools-<flavor>.log).
 #
@@ -38,7 +39,7 @@ mkdir -p "$(dirname "$LOG")"
 
 cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on"
-[ "$MODE" = bench ] && cmdline+=" aigpu.bench=1"
+[ "$MODE" = bench ] && cmdline+=" aigpu.bench=1${GUEST_BENCH_ARGS:+ aigpu.bench_args=$(echo "$GUEST_BENCH_ARGS" | tr ' ' ,)}"
 [ "$MODE" = tools ] && cmdline+=" aigpu.tools=1"
 
 start=$(date +%s.%N)
@@ -52,7 +53,8 @@ echo "run-guest: $FLAVOR guest ran ${secs}s (qemu exit $qrc), serial log: $LOG"
 reasons=()
 [ $qrc = 124 ] || [ $qrc = 137 ] && reasons+=("timed out after ${TMO}s")
 if [ "$MODE" = bench ]; then
-  sed -n '/^umd-submit-bench:/,/GUEST: bench exit/p' "$LOG"
+  grep 'GUEST: clockevent' "$LOG" || true
+  sed -n '/^umd-submit-bench:/,/GUEST: bench exit/p; /^memory pool benchmark:/,/GUEST: pool bench exit/p' "$LOG"
   grep -q 'GUEST: BENCH DONE' "$LOG" || reasons+=("no 'GUEST: BENCH DONE'")
   if grep -qE 'BUG:|WARNING:|Oops|Kernel panic|Call Trace:' "$LOG"; then reasons+=("kernel splat"); fi
   [ ${#reasons[@]} -eq 0 ] && { echo "run-guest: bench done ($FLAVOR)"; exit 0; }

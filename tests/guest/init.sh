@@ -31,9 +31,19 @@ UMD_PARAMS="num_devices=2 mem_mib=128 hang_debug=1 job_timeout_ms=2000"
 # Benchmark mode (scripts/run-guest.sh with GUEST_MODE=bench): the kernel-submission benchmark
 # instead of the tests (docs/benchmarks.md, Kernel submission).
 if grep -q 'aigpu.bench=1' /proc/cmdline; then
+  BENCH_ARGS=$(sed -n 's/.*aigpu.bench_args=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
   insmod /lib/modules/aigpu.ko $UMD_PARAMS && echo "GUEST: insmod aigpu.ko $UMD_PARAMS ok"
-  (cd /tmp && UMD_BACKEND=kmd /bin/umd-submit-bench --mlp-demo /bin/mlp_demo)
+  # The timer set-up decides the interrupt path's latency (the top half is a zero-delay hrtimer).
+  echo "GUEST: clockevent $(cat /sys/devices/system/clockevents/clockevent0/current_device 2>/dev/null)," \
+    "clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)," \
+    "hres_active $(grep -m1 hres_active /proc/timer_list 2>/dev/null | awk '{print $3}')"
+  (cd /tmp && UMD_BACKEND=kmd /bin/umd-submit-bench --mlp-demo /bin/mlp_demo $BENCH_ARGS)
   echo "GUEST: bench exit $?"
+  # The pool's alloc+free table: its raw path is aigpu.ko's GEM create + close ioctls.
+  if [ -x /bin/umd-pool-bench ]; then
+    (cd /tmp && UMD_BACKEND=kmd UMD_LOG=warn POOL_BENCH_PAIRS=1 POOL_BENCH_WALL=1 /bin/umd-pool-bench)
+    echo "GUEST: pool bench exit $?"
+  fi
   rmmod aigpu
   echo "GUEST: BENCH DONE"
   poweroff -f

@@ -14,7 +14,8 @@
 //! allocated.
 //!
 //! Run: `cargo bench -p umd --bench pool` (simulator backend; `UMD_BACKEND=kmd` on a machine with
-//! the module).
+//! the module; `POOL_BENCH_PAIRS=1`: only the alloc+free table, as the QEMU guest runs it against
+//! aigpu.ko with `bench/submit/run.sh guest`).
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -49,7 +50,9 @@ fn thread_cpu_ns() -> u64 {
 /// the thread's CPU time (robust against other processes on a shared machine); several: wall
 /// time divided by all iterations (throughput, contention included).
 fn run_once(threads: usize, iters: usize, f: &(impl Fn(usize) + Sync)) -> f64 {
-    if threads == 1 {
+    // POOL_BENCH_WALL=1: wall time for one thread too (the QEMU guest's thread CPU clock is too
+    // coarse under emulation: it read 0 for whole runs).
+    if threads == 1 && std::env::var_os("POOL_BENCH_WALL").is_none() {
         let c0 = thread_cpu_ns();
         for _ in 0..iters {
             f(0);
@@ -139,6 +142,12 @@ fn main() {
     }
     let (dev, pool, ctxs) = open_device(true);
     let (dev_off, pool_off, ctxs_off) = open_device(false);
+    if std::env::var_os("POOL_BENCH_PAIRS").is_some() {
+        // Only the alloc+free table (the QEMU guest runs this against aigpu.ko: its raw path is
+        // the real create and close ioctls; the trace needs more device memory than it has).
+        pairs(&dev, &pool, &ctxs, &dev_off, &pool_off, &ctxs_off);
+        return;
+    }
     if std::env::var_os("POOL_BENCH_TRACE").is_some() {
         trace_replay(&dev, &pool, &ctxs[0], &dev_off, &pool_off, &ctxs_off[0]);
         return;

@@ -132,22 +132,26 @@ fn deadline() -> u64 {
     umd::error::detail::mono_ns() + 30_000_000_000
 }
 
-/// 1,000 jobs, one FILL each: `per_ioctl` command buffers per submit. Returns (ioctls, seconds).
-fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> (usize, f64) {
+/// 1,000 jobs, one FILL each: `per_ioctl` command buffers per submit. Returns (ioctls,
+/// seconds, the submit calls' durations in ns).
+fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> (usize, f64, Vec<f64>) {
     let batch = vec![cb; per_ioctl];
+    let mut calls = Vec::with_capacity(JOBS);
     let t = Instant::now();
     let mut ioctls = 0;
     let mut left = JOBS;
     let mut last = 0;
     while left > 0 {
         let n = left.min(per_ioctl);
+        let c = Instant::now();
         last = b.submit(ctx, &batch[..n], &[], 0).expect("submit");
+        calls.push(c.elapsed().as_nanos() as f64);
         ioctls += 1;
         left -= n;
     }
     b.wait(ctx, last, deadline()).expect("wait");
     ioctls += 1;
-    (ioctls, t.elapsed().as_secs_f64())
+    (ioctls, t.elapsed().as_secs_f64(), calls)
 }
 
 fn mlp_demo(path: &str, repeats: usize) -> Option<(f64, f64)> {
@@ -262,18 +266,30 @@ fn main() {
     let mut single = Vec::new();
     let mut batched = Vec::new();
     let (mut n_single, mut n_batched) = (0, 0);
+    let mut single_calls = Vec::new();
+    let mut batched_calls = Vec::new();
     for _ in 0..repeats {
-        let (n, s) = jobs(b, ctx, cb, 1);
+        let (n, s, c) = jobs(b, ctx, cb, 1);
         n_single = n;
         single.push(JOBS as f64 / s);
-        let (n, s) = jobs(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize);
+        single_calls.extend(c);
+        let (n, s, c) = jobs(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize);
         n_batched = n;
         batched.push(JOBS as f64 / s);
+        batched_calls.extend(c);
     }
     let (js, jb) = (median(single), median(batched));
     println!("{JOBS} small jobs (one 4-byte FILL each), median of {repeats}:");
-    println!("  one job per submit ioctl:  {n_single:>5} ioctls, {js:>10.0} jobs/s");
-    println!("  batched, 256 per ioctl:    {n_batched:>5} ioctls, {jb:>10.0} jobs/s");
+    println!(
+        "  one job per submit ioctl:  {n_single:>5} ioctls, {js:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us)",
+        median(single_calls.clone()) / 1e3,
+        pct(single_calls, 0.99) / 1e3
+    );
+    println!(
+        "  batched, 256 per ioctl:    {n_batched:>5} ioctls, {jb:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us)",
+        median(batched_calls.clone()) / 1e3,
+        pct(batched_calls, 0.99) / 1e3
+    );
     println!(
         "  ratios: {:.1}x fewer ioctls (target >= 20x), {:.1}x the throughput (target >= 5x)",
         n_single as f64 / n_batched as f64,
