@@ -82,10 +82,13 @@ fn gem_out_of_memory_then_recovers() {
     let b = open();
     let q = b.query().expect("query");
     let half = (q.mem_total / 2 + PAGE) & !(PAGE - 1);
-    let used_before = q.mem_used;
     let a = b.gem_create(half).expect("first half");
     expect_err(b.gem_create(half), ENOMEM, r::OUT_OF_MEMORY);
-    assert!(b.query().expect("query").mem_used >= used_before + half);
+    // The other tests of this binary share the device and free their objects concurrently, so
+    // only `a`'s own share of the usage is certain (comparing with a reading taken before the
+    // create raced with them).
+    let used = b.query().expect("query").mem_used;
+    assert!(used >= half, "mem_used {used} < the live object's {half}");
     b.gem_close(a).expect("close");
     let c = b.gem_create(half).expect("fits again after the close");
     b.gem_close(c).expect("close");
