@@ -179,6 +179,10 @@ pub fn verdict(s: &Snapshot) -> Verdict {
     ])
 }
 
+/// The driver's lines of this boot that concern the devices as they are now: a line about a
+/// device from before that device's most recent probe (the module was reloaded since: a device
+/// lost, faulted or hung then is a new device now) is history, and so is a module load error
+/// followed by a successful probe. The report keeps the whole log (`dmesg-aigpu.txt`).
 fn dmesg_found(s: &Snapshot) -> Vec<(String, Found)> {
     let mut v = Vec::new();
     if let Some(l) = &s.dmesg {
@@ -186,7 +190,36 @@ fn dmesg_found(s: &Snapshot) -> Vec<(String, Found)> {
             v.push((l.source.clone(), f));
         }
     }
-    v
+    current_instance(v)
+}
+
+fn current_instance(v: Vec<(String, Found)>) -> Vec<(String, Found)> {
+    let probe_of = |f: &Found| match &f.event {
+        Event::Probe { device, .. } => Some(device.clone()),
+        _ => None,
+    };
+    let last_probe = |dev: Option<&str>| {
+        v.iter()
+            .rposition(|(_, f)| probe_of(f).is_some_and(|d| dev.is_none_or(|x| x == d)))
+    };
+    v.iter()
+        .enumerate()
+        .filter(|(i, (_, f))| {
+            if probe_of(f).is_some() {
+                return true;
+            }
+            let dev = dmesg_device(f);
+            match &f.event {
+                // Load errors name no device: history once any device probed after them.
+                Event::VersionMagic { .. }
+                | Event::UnknownSymbol(_)
+                | Event::SymbolVersion(_)
+                | Event::LoadError => last_probe(None).is_none_or(|p| p < *i),
+                _ => last_probe(dev.as_deref()).is_none_or(|p| p < *i),
+            }
+        })
+        .map(|(_, x)| x.clone())
+        .collect()
 }
 
 fn journal_found(s: &Snapshot) -> Vec<(String, Found)> {

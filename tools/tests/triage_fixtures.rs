@@ -490,3 +490,48 @@ fn lost_device_reinitialised_since() {
         "  application: device lost at 02:13:07 after a page fault at 0x7f0010000 in context 12 (pid 4411, python) (re-initialised since)"
     );
 }
+
+/// The module was reloaded after an earlier instance of aigpu0 faulted, hit a memory error and
+/// was lost (and after a load attempt with the wrong version magic): those lines stay in dmesg
+/// and in the report, but they describe a device that no longer exists, so the verdict is about
+/// the device as it is now.
+#[test]
+fn dmesg_before_the_latest_probe_is_history() {
+    let m = machine("healthy");
+    let mut dmesg = read(&m.join("dmesg.txt"));
+    dmesg.push_str(
+        "[   40.000001] aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711; context banned\n\
+         [   41.000001] aigpu aigpu0: uncorrectable memory error: bus-error fetch at va=0x4e10000 offset=0 queue=0 job=0; no job of a live context owns it\n\
+         [   42.000001] aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV\n\
+         [   50.000001] aigpu: version magic '7.3.5 SMP preempt mod_unload ' should be '7.3.4 SMP preempt mod_unload '\n\
+         [   60.000001] aigpu aigpu0: virtual AI GPU, UAPI 1.0, driver 0.1.0, 256 MiB\n",
+    );
+    std::fs::write(m.join("dmesg.txt"), &dmesg).expect("dmesg");
+    let (screen, out, rc) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(rc, 0);
+    for layer in ["hardware", "kernel module", "application"] {
+        assert!(
+            verdict_line(&screen, layer).starts_with(&format!("  {layer}: OK")),
+            "{layer}: {screen}"
+        );
+    }
+    // The report keeps the history.
+    let kept = read(&report_dir(&out).join("dmesg-aigpu.txt"));
+    assert!(kept.contains("engine reset failed: device lost"), "{kept}");
+
+    // The same lines after the latest probe are the current state.
+    let (before, after) = dmesg.split_at(dmesg.find("[   60.000001]").expect("probe line"));
+    let reordered = format!(
+        "{}{}{}",
+        &before[..before.find("[   40.000001]").expect("fault")],
+        after,
+        &before[before.find("[   40.000001]").expect("fault")..]
+    );
+    std::fs::write(m.join("dmesg.txt"), reordered).expect("dmesg");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "hardware"),
+        "  hardware: uncorrectable device memory error",
+        "{screen}"
+    );
+}
