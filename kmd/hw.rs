@@ -508,6 +508,12 @@ impl Hw {
         if (-4095..0).contains(&err) {
             return Err(Error::from_errno(err as i32));
         }
+        // The device thread stands in for silicon, which never waits for a CPU: a real-time
+        // priority (the lowest FIFO one, as `sched_set_fifo_low` documents for such helpers)
+        // makes a doorbell start the work at once instead of at the waker's next tick (the guest
+        // kernels preempt lazily). It sleeps whenever the device is idle or stalled.
+        // SAFETY: `task` is the new, not yet running kthread.
+        unsafe { bindings::sched_set_fifo_low(task) };
         // SAFETY: `task` is the new, not yet running kthread.
         unsafe { bindings::wake_up_process(task) };
         self.thread.store(task as usize, Relaxed);
