@@ -46,18 +46,71 @@ struct Entry {
 // contract of `Bus::register_*`); they are only dereferenced under the registry lock.
 unsafe impl Send for Entry {}
 
+/// Slots of the lookup cache (a power of two).
+const CACHE_SLOTS: usize = 64;
+
+/// The registered pages, and a direct-mapped cache of recent lookups in front of the tree: the
+/// device makes a dozen accesses per command buffer (descriptor, page-table walks, packet, data)
+/// to a handful of pages, and under emulation each tree walk costs microseconds. The cache lives
+/// under the same lock as the tree and an unregistration clears its slot, so it can never name a
+/// page the tree no longer holds. Written here because the kernel crate has no such cache.
+struct Registry {
+    tree: RBTree<u64, Entry>,
+    /// `(page key, target)`; key `u64::MAX` is an empty slot (no bus page has that key).
+    cache: [(u64, Target); CACHE_SLOTS],
+}
+
+// SAFETY: as for `Entry`: the cached targets are copies of live entries' targets, only
+// dereferenced under the registry lock.
+unsafe impl Send for Registry {}
+
+impl Registry {
+    fn new() -> Self {
+        Self {
+            tree: RBTree::new(),
+            cache: [(u64::MAX, Target::Kva(core::ptr::null_mut())); CACHE_SLOTS],
+        }
+    }
+
+    fn slot(key: u64) -> usize {
+        (key as usize) & (CACHE_SLOTS - 1)
+    }
+
+    fn lookup(&mut self, key: u64) -> Option<Target> {
+        let slot = Self::slot(key);
+        if let Some((k, t)) = self.cache.get(slot) {
+            if *k == key {
+                return Some(*t);
+            }
+        }
+        let target = self.tree.get(&key)?.target;
+        if let Some(c) = self.cache.get_mut(slot) {
+            *c = (key, target);
+        }
+        Some(target)
+    }
+
+    fn forget(&mut self, key: u64) {
+        if let Some(c) = self.cache.get_mut(Self::slot(key)) {
+            if c.0 == key {
+                c.0 = u64::MAX;
+            }
+        }
+    }
+}
+
 /// The registry (one per device).
 #[pin_data]
 pub(crate) struct Bus {
     #[pin]
-    map: SpinLock<RBTree<u64, Entry>>,
+    map: SpinLock<Registry>,
 }
 
 impl Bus {
     pub(crate) fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
-                map <- new_spinlock!(RBTree::new(), "aigpu_bus"),
+                map <- new_spinlock!(Registry::new(), "aigpu_bus"),
             }),
             GFP_KERNEL,
         )
@@ -71,11 +124,11 @@ impl Bus {
         // Allocate outside the spinlock; unused if the page is already registered.
         let res = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let mut map = self.map.lock();
-        if let Some(e) = map.get_mut(&key) {
+        if let Some(e) = map.tree.get_mut(&key) {
             e.refs = e.refs.checked_add(1).ok_or(EOVERFLOW)?;
             return Ok(());
         }
-        map.insert(res.into_node(key, Entry { target, refs: 1 }));
+        map.tree.insert(res.into_node(key, Entry { target, refs: 1 }));
         Ok(())
     }
 
@@ -105,7 +158,7 @@ impl Bus {
     pub(crate) fn unregister(&self, bus: u64) {
         let key = bus / PAGE;
         let mut map = self.map.lock();
-        let remove = match map.get_mut(&key) {
+        let remove = match map.tree.get_mut(&key) {
             Some(e) => {
                 e.refs -= 1;
                 e.refs == 0
@@ -113,7 +166,8 @@ impl Bus {
             None => false,
         };
         if remove {
-            drop(map.remove_node(&key));
+            map.forget(key);
+            drop(map.tree.remove_node(&key));
         }
     }
 
@@ -123,9 +177,9 @@ impl Bus {
         if off + len > PAGE as usize {
             return Err(BusError);
         }
-        let map = self.map.lock();
-        let e = map.get(&(pa / PAGE)).ok_or(BusError)?;
-        match e.target {
+        let mut map = self.map.lock();
+        let target = map.lookup(pa / PAGE).ok_or(BusError)?;
+        match target {
             Target::Kva(base) => {
                 // SAFETY: `base` points to a registered, live 4 KiB page (registration contract)
                 // and `off + len <= 4096`.
