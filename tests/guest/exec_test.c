@@ -43,9 +43,10 @@
 #include <drm/drm.h>
 
 #include "aigpu_drm.h"
+#define GUEST_TEST "exec_test"
+#include "guest_check.h"
 
-static int passed, failed;
-static const char *module_path, *module_params = "num_devices=2 mem_mib=64";
+static const char *module_params = "num_devices=2 mem_mib=64";
 static const char *const EXEC_PARAMS = "num_devices=2 mem_mib=64 job_timeout_ms=1000 hang_debug=1";
 static const unsigned TIMEOUT_MS = 1000;
 static const char *DFS = "/sys/kernel/debug/dri/128"; /* render minor of aigpu0 -> its debugfs dir */
@@ -55,27 +56,6 @@ static const char *DFS = "/sys/kernel/debug/dri/128"; /* render minor of aigpu0 
 #define VA 0x40000000ull /* data + command buffers of a `struct gpu` */
 #define BAD_VA 0x7f0010000ull
 
-static void ok(const char *name)
-{
-	passed++;
-	printf("exec_test: ok %s\n", name);
-	fflush(stdout);
-}
-
-static void __attribute__((format(printf, 2, 3))) fail(const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	failed++;
-	printf("exec_test: FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-#define CHECK(name, cond, ...) do { if (cond) ok(name); else fail(name, __VA_ARGS__); } while (0)
 
 static uint64_t now_ns(void)
 {
@@ -403,22 +383,6 @@ static const char *missing(const char *text, const char *const *frags)
 		if (!text || !strstr(text, *frags))
 			return *frags;
 	return NULL;
-}
-
-static int delete_module(const char *name)
-{
-	return syscall(SYS_delete_module, name, O_NONBLOCK) ? -errno : 0;
-}
-
-static int load_module(const char *params)
-{
-	int fd = open(module_path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	int r = syscall(SYS_finit_module, fd, params, 0) ? -errno : 0;
-	close(fd);
-	return r;
 }
 
 static int reload(const char *params)

@@ -36,32 +36,12 @@
 #include <drm/drm_mode.h>
 
 #include "aigpu_drm.h"
+#define GUEST_TEST "kmd_test"
+#include "guest_check.h"
 
-static int passed, failed;
 static unsigned mem_mib = 64, num_devices = 2;
-static const char *module_path, *module_params = "num_devices=2 mem_mib=64";
+static const char *module_params = "num_devices=2 mem_mib=64";
 
-static void ok(const char *name)
-{
-	passed++;
-	printf("kmd_test: ok %s\n", name);
-	fflush(stdout);
-}
-
-static void __attribute__((format(printf, 2, 3))) fail(const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	failed++;
-	printf("kmd_test: FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-#define CHECK(name, cond, ...) do { if (cond) ok(name); else fail(name, __VA_ARGS__); } while (0)
 
 /* ioctl returning 0 or -errno (EINTR/EAGAIN retried). */
 static int xioctl(int fd, unsigned long req, void *arg)
@@ -767,22 +747,6 @@ static void test_child_exit(void)
 	CHECK("child-exit-with-live-objects", WIFEXITED(status) && WEXITSTATUS(status) == 0 && used == 0,
 	      "child status %#x, mem_used after exit %llu", status, (unsigned long long)used);
 	close(fd);
-}
-
-static int delete_module(const char *name)
-{
-	return syscall(SYS_delete_module, name, O_NONBLOCK) ? -errno : 0;
-}
-
-static int load_module(const char *params)
-{
-	int fd = open(module_path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	int r = syscall(SYS_finit_module, fd, params, 0) ? -errno : 0;
-	close(fd);
-	return r;
 }
 
 static int node_exists(const char *path)
