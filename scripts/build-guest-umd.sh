@@ -32,7 +32,7 @@ for t in umd/tests/pool_*.rs; do
 done
 args=()
 for t in "${tests[@]}"; do args+=(--test "$t"); done
-cargo test --release -q -p umd "${args[@]}" --no-run --message-format=json 2>/dev/null \
+cargo test --release -q -p umd "${args[@]}" --no-run --message-format=json \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
@@ -44,7 +44,7 @@ for t in "${tests[@]}"; do
   cp "$exe" "$OUT/bin/$t"
 done
 rm -f "$OUT/tests.txt"
-bench=$(cargo bench -q -p umd --bench pool --no-run --message-format=json 2>/dev/null \
+bench=$(cargo bench -q -p umd --bench pool --no-run --message-format=json \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)

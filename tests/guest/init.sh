@@ -53,7 +53,7 @@ fi
 if grep -q 'aigpu.tools=1' /proc/cmdline; then
   trc=0
   /bin/tools_test.sh pre || trc=1
-  /bin/tools_test.sh post "$UMD_PARAMS" || trc=1
+  /bin/tools_test.sh post || trc=1
   echo "GUEST: tools_test exit $trc"
   echo "GUEST: TEST_RC=$trc"
   echo "GUEST: DONE"
@@ -110,7 +110,7 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
   fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
   if [ -x /bin/umd-smi ]; then
-    /bin/tools_test.sh post "$UMD_PARAMS" || trc=1
+    /bin/tools_test.sh post || trc=1
     echo "GUEST: tools_test exit $trc"
     [ $trc = 0 ] || rc=1
   fi

@@ -6,7 +6,9 @@
 #   tools_test.sh pre   before aigpu.ko was ever loaded: module not loaded; a module whose
 #                       version magic names another kernel (/lib/modules/aigpu-vermagic.ko, made
 #                       by build-initramfs.sh), which insmod refuses
-#   tools_test.sh post  with the module loaded by this script (UMD parameters, two devices):
+#   tools_test.sh post  with the module loaded by this script (two devices of 128 MiB: the
+#                       checks below name renderD129 and the memory size, so the parameters are
+#                       this script's own):
 #                       umd-smi text and JSON, a clean triage, a page fault (exec_test --stage
 #                       fault), triage as an unprivileged user, a lost device (exec_test --stage
 #                       lost); unloads the module at the end
@@ -15,7 +17,7 @@
 # the last line is `tools_test(<phase>): N passed, M failed` (scripts/run-guest.sh needs both
 # phases with 0 failed). Exit status 1 when a check failed.
 PHASE=$1
-PARAMS=${2:-"num_devices=2 mem_mib=128 hang_debug=1 job_timeout_ms=2000"}
+PARAMS="num_devices=2 mem_mib=128 hang_debug=1 job_timeout_ms=2000"
 OUT=/tmp/tools-test
 mkdir -p "$OUT"
 # No HOME in the guest: the tools and libumd are told where the logs are.
@@ -118,13 +120,14 @@ post)
     "  application: a page fault at 0x7f0010000 in context $fctx (pid $fpid, exec_test) on aigpu0 at "
 
   # Unprivileged: debugfs (mode 0700) and dmesg (dmesg_restrict) are closed to it.
+  restrict=$(cat /proc/sys/kernel/dmesg_restrict)
   echo 1 >/proc/sys/kernel/dmesg_restrict
   mkdir -p /tmp/t4 && chmod 1777 /tmp/t4
   mkdir -p /etc
   grep -q '^nobody:' /etc/passwd 2>/dev/null || echo 'nobody:x:65534:65534:nobody:/tmp:/bin/sh' >>/etc/passwd
   grep -q '^nogroup:' /etc/group 2>/dev/null || echo 'nogroup:x:65534:' >>/etc/group
   triage triage-unprivileged /tmp/t4 su -s /bin/sh nobody -c
-  echo 0 >/proc/sys/kernel/dmesg_restrict
+  echo "$restrict" >/proc/sys/kernel/dmesg_restrict
   rc "triage-unprivileged-exit" $trc 0 "$OUT/triage-unprivileged.out"
   has "triage-unprivileged-could-not-read" "$OUT/triage-unprivileged.out" "could not read ("
   has "triage-unprivileged-debugfs" "$OUT/triage-unprivileged.out" "  /sys/kernel/debug"
@@ -137,13 +140,18 @@ post)
   # A lost device: the reset after a hang fails. First while the application still holds it.
   exec_test --stage lost --hold >"$OUT/stage-lost.out" 2>&1 &
   holder=$!
+  # Until it has reported (the hang takes the job timeout), it died, or 60 s passed.
   i=0
-  while ! grep -q '^stage lost:' "$OUT/stage-lost.out" && [ $i -lt 600 ]; do
+  while ! grep -qs '^stage lost:' "$OUT/stage-lost.out" && kill -0 "$holder" 2>/dev/null && [ $i -lt 600 ]; do
     usleep 100000
     i=$((i + 1))
   done
   cat "$OUT/stage-lost.out"
-  has "stage-lost" "$OUT/stage-lost.out" " inject=0 submit=0 wait=-19 reason=26; holding"
+  if [ $i -ge 600 ]; then
+    bad "stage-lost" "no 'stage lost:' line after 60 s" "$OUT/stage-lost.out"
+  else
+    has "stage-lost" "$OUT/stage-lost.out" " inject=0 submit=0 wait=-19 reason=26; holding"
+  fi
   lpid=$(sed -n 's/^stage lost: pid=\([0-9]*\) .*/\1/p' "$OUT/stage-lost.out")
   lctx=$(sed -n 's/^stage lost: .* ctx=\([0-9]*\) .*/\1/p' "$OUT/stage-lost.out")
   cause="after a job timeout (GPU hang) in context $lctx (pid $lpid, exec_test)"
@@ -175,7 +183,7 @@ post)
   if rmmod aigpu; then ok "rmmod-after-lost"; else bad "rmmod-after-lost" "rmmod aigpu failed"; fi
   ;;
 *)
-  echo "usage: $0 pre|post [module parameters]" >&2
+  echo "usage: $0 pre|post" >&2
   exit 2
   ;;
 esac

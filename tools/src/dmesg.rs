@@ -158,7 +158,13 @@ pub fn relevant(line: &str) -> bool {
         || l.contains("module verification")
         || l.contains("call trace")
         || SPLATS.iter().any(|s| b.contains(s))
-        || b.starts_with("LEAK:")
+        || is_leak(b)
+}
+
+/// The driver's leak report. `pr_err!` in a Rust module prefixes the module name
+/// (`aigpu: LEAK: aigpu0: ... still accounted at device release`); the bare form is accepted too.
+fn is_leak(b: &str) -> bool {
+    b.strip_prefix("aigpu: ").unwrap_or(b).starts_with("LEAK:")
 }
 
 /// The lines of `log` that concern the driver.
@@ -293,7 +299,7 @@ pub fn classify(log: &KernelLog) -> Vec<Found> {
                     uapi,
                 },
             );
-        } else if b.starts_with("LEAK:") && l.contains("aigpu") {
+        } else if is_leak(b) && l.contains("aigpu") {
             push(&mut out, Event::Leak);
         } else if ours {
             let e = if l.contains("re-initialised") {

@@ -194,31 +194,44 @@ fn dmesg_found(s: &Snapshot) -> Vec<(String, Found)> {
 }
 
 fn current_instance(v: Vec<(String, Found)>) -> Vec<(String, Found)> {
-    let probe_of = |f: &Found| match &f.event {
-        Event::Probe { device, .. } => Some(device.clone()),
-        _ => None,
-    };
-    let last_probe = |dev: Option<&str>| {
-        v.iter()
-            .rposition(|(_, f)| probe_of(f).is_some_and(|d| dev.is_none_or(|x| x == d)))
-    };
-    v.iter()
+    // One pass: the index of the latest probe of each device, and of any device.
+    let mut last_any = None;
+    let mut last_of: Vec<(String, usize)> = Vec::new();
+    for (i, (_, f)) in v.iter().enumerate() {
+        if let Event::Probe { device, .. } = &f.event {
+            last_any = Some(i);
+            match last_of.iter_mut().find(|(d, _)| d == device) {
+                Some(e) => e.1 = i,
+                None => last_of.push((device.clone(), i)),
+            }
+        }
+    }
+    let after = |p: Option<usize>, i: usize| p.is_none_or(|p| p < i);
+    v.into_iter()
         .enumerate()
-        .filter(|(i, (_, f))| {
-            if probe_of(f).is_some() {
-                return true;
+        .filter(|(i, (_, f))| match &f.event {
+            // Load errors name no device: history once any device probed after them.
+            Event::VersionMagic { .. }
+            | Event::UnknownSymbol(_)
+            | Event::SymbolVersion(_)
+            | Event::LoadError => after(last_any, *i),
+            // What happened to a device: history once that device probed again.
+            Event::Fault
+            | Event::Hang
+            | Event::Lost
+            | Event::ResetFailed
+            | Event::Reinit
+            | Event::OffBus
+            | Event::MemError => {
+                let dev = dmesg_device(f);
+                let p = dev.and_then(|d| last_of.iter().find(|(x, _)| *x == d).map(|e| e.1));
+                after(p.or(last_any), *i)
             }
-            let dev = dmesg_device(f);
-            match &f.event {
-                // Load errors name no device: history once any device probed after them.
-                Event::VersionMagic { .. }
-                | Event::UnknownSymbol(_)
-                | Event::SymbolVersion(_)
-                | Event::LoadError => last_probe(None).is_none_or(|p| p < *i),
-                _ => last_probe(dev.as_deref()).is_none_or(|p| p < *i),
-            }
+            // Probes, kernel warnings naming the module and its leak reports stay: a reload
+            // does not make a kernel bug or a leak go away.
+            _ => true,
         })
-        .map(|(_, x)| x.clone())
+        .map(|(_, x)| x)
         .collect()
 }
 

@@ -519,6 +519,20 @@ fn dmesg_before_the_latest_probe_is_history() {
     let kept = read(&report_dir(&out).join("dmesg-aigpu.txt"));
     assert!(kept.contains("engine reset failed: device lost"), "{kept}");
 
+    // A kernel warning in the driver and its leak report stay findings across a reload.
+    // (The line as the driver prints it: Rust's `pr_err!` prefixes the module name.)
+    let with_leak = dmesg.replace(
+        "[   60.000001]",
+        "[   55.000000] aigpu: LEAK: aigpu0: 8192 bytes of GEM memory, 0 page-table pages, 0 mappings still accounted at device release\n[   60.000001]",
+    );
+    std::fs::write(m.join("dmesg.txt"), &with_leak).expect("dmesg");
+    let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "kernel module"),
+        "  kernel module: aigpu reported resources still accounted at device release",
+        "{screen}"
+    );
+
     // The same lines after the latest probe are the current state.
     let (before, after) = dmesg.split_at(dmesg.find("[   60.000001]").expect("probe line"));
     let reordered = format!(
