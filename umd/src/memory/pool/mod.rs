@@ -807,9 +807,8 @@ impl Pool {
                 if a.len == 0 || (a.va >= cur.0 && a.va.saturating_add(a.len) <= cur.1) {
                     continue;
                 }
-                match inner.check_access(i, a) {
+                match inner.check_and_pin_access(i, a) {
                     Ok(Some((id, start, end))) => {
-                        inner.pin(id);
                         pinned.push(id);
                         cur = (start, end);
                     }
@@ -1283,6 +1282,35 @@ impl Inner {
                 b.pins = b.pins.saturating_sub(1);
             }
         }
+    }
+
+    /// [`Inner::check_access`], and pins the live block the access lies in. A block delegated to
+    /// a context's cache can be freed by its owner without the pool mutex, between the check
+    /// (which reads its cache slot) and the pin (which locks that slot again); the pin then
+    /// fails, and the access is checked again: now it reports the use after free. A block
+    /// freed and handed out again in that window is live again, and pinning it is right.
+    fn check_and_pin_access(&mut self, i: usize, a: &Access) -> UmdResult<Option<(u32, u64, u64)>> {
+        for _ in 0..4 {
+            match self.check_access(i, a)? {
+                Some((id, start, end)) => {
+                    if self.pin(id) {
+                        return Ok(Some((id, start, end)));
+                    }
+                }
+                None => return Ok(None),
+            }
+        }
+        // Freed and reallocated under the check four times in a row: the application frees
+        // and allocates this memory while submitting work that uses it.
+        Err(UmdError::new(
+            umdResult::UMD_ERR_MEM_USE_AFTER_FREE,
+            format!(
+                "command buffer #{i} accesses {:#x}..{:#x}, memory that another thread freed and reallocated \
+                 while this submit was checking it (four times in a row); the submit was not made",
+                a.va,
+                a.va.saturating_add(a.len)
+            ),
+        ))
     }
 
     /// Pins live block `id` (a submit is checking it); false if it is not live.
