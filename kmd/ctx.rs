@@ -109,7 +109,14 @@ struct Bad {
 /// readable, every packet well formed per the decoder the device uses. Operand addresses are left
 /// to the GPU's MMU (a bad one is a page fault of this context when the work runs).
 fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> {
-    let max_words = cmdbufs.iter().map(|c| (c.size / 4) as usize).max().unwrap_or(0);
+    // The scratch buffer fits the largest command buffer that can pass the size check: one
+    // that cannot is rejected in its turn, and must not make this allocation huge first.
+    let max_words = cmdbufs
+        .iter()
+        .filter(|c| c.size <= ring::MAX_CMD_SIZE)
+        .map(|c| (c.size / 4) as usize)
+        .max()
+        .unwrap_or(0);
     let mut words = KVVec::new();
     for (i, cb) in cmdbufs.iter().enumerate() {
         let bad = |r, off: u64| (fail(EINVAL, r), Bad { index: i as u32, offset: off });

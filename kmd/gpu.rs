@@ -763,6 +763,25 @@ impl Gpu {
         let _ = st.free_fence_slots.push(slot, GFP_ATOMIC);
     }
 
+    /// One waiter of fence slot `slot` is gone; a slot whose context was freed while it still
+    /// had waiters (orphaned) returns to the free list with its last waiter.
+    fn unwatch_fence_slot(st: &mut Sched, slot: u32) {
+        let s = slot as usize;
+        let now_free = match (st.fence_waiters.get_mut(s), st.fence_orphan.get(s)) {
+            (Some(w), Some(&orphan)) => {
+                *w = w.saturating_sub(1);
+                *w == 0 && orphan
+            }
+            _ => false,
+        };
+        if now_free {
+            if let Some(o) = st.fence_orphan.get_mut(s) {
+                *o = false;
+            }
+            let _ = st.free_fence_slots.push(slot, GFP_ATOMIC);
+        }
+    }
+
     /// A job left its ring (retired or dropped): context and client bookkeeping, fence-slot
     /// references of its `WAIT` descriptors, zombie contexts freed.
     fn job_gone(st: &mut Sched, job: &Job) {
@@ -777,20 +796,7 @@ impl Gpu {
             c.inflight = c.inflight.saturating_sub(1);
         }
         for &(_, slot) in job.deps.iter() {
-            let s = slot as usize;
-            let now_free = match (st.fence_waiters.get_mut(s), st.fence_orphan.get(s)) {
-                (Some(w), Some(&orphan)) => {
-                    *w = w.saturating_sub(1);
-                    *w == 0 && orphan
-                }
-                _ => false,
-            };
-            if now_free {
-                if let Some(o) = st.fence_orphan.get_mut(s) {
-                    *o = false;
-                }
-                let _ = st.free_fence_slots.push(slot, GFP_ATOMIC);
-            }
+            Self::unwatch_fence_slot(st, slot);
         }
         if let Some(id) = free_ctx {
             if let Some(c) = st.contexts.remove(&id) {
@@ -996,6 +1002,11 @@ impl Gpu {
             descs.clear();
             deps.clear();
             for (i, f) in in_fences.iter().enumerate() {
+                if f.flags != 0 {
+                    // Must be zero (UAPI): refused now so that a meaning can be given later.
+                    *bad_index = i as u32;
+                    return Err(fail(EINVAL, r::FLAGS_UNKNOWN));
+                }
                 let dep = match st.contexts.get(&f.ctx_id) {
                     Some(c) if c.client == client && !c.zombie => c,
                     _ => {
@@ -1519,9 +1530,9 @@ impl Gpu {
                         let dep = job.deps.get(k).copied().unwrap_or((0, 0));
                         k += 1;
                         if st.contexts.get(&dep.0).is_none_or(|c| c.banned) {
-                            if let Some(w) = st.fence_waiters.get_mut(dep.1 as usize) {
-                                *w = w.saturating_sub(1);
-                            }
+                            // The context may be gone already (freed earlier in this recovery):
+                            // its slot is then orphaned and this was its last waiter.
+                            Self::unwatch_fence_slot(st, dep.1);
                             continue;
                         }
                         ok &= keep_deps.push(dep, GFP_KERNEL).is_ok();

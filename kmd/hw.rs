@@ -532,21 +532,48 @@ impl Hw {
 }
 
 /// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
+/// Uninterrupted device work after which the device thread gives up real-time priority (see
+/// `device_thread`).
+const LONG_RUN_NS: u64 = 2_000_000;
+
 unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
     // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
     // happen before this function returns.
     let hw = unsafe { &*data.cast::<Hw>() };
+    // SAFETY: `get_current` returns this kthread, valid while it runs.
+    let me = unsafe { bindings::get_current() };
+    // Start of the current run of uninterrupted work, and whether the thread left real-time
+    // priority for it: a doorbell gets a real-time start, but work that goes on for longer than
+    // LONG_RUN_NS (back-to-back big GEMMs) shares the CPU as a normal task until the device is
+    // idle again, so the stand-in for silicon cannot starve the machine it runs on.
+    let mut busy_since: Option<u64> = None;
+    let mut demoted = false;
     // SAFETY: plain query of the current kthread's stop flag.
     while !unsafe { bindings::kthread_should_stop() } {
         let step = hw.run_once();
         let sleep = match step {
-            Step::Progress => continue,
+            Step::Progress => {
+                let now = mono_ns();
+                let since = *busy_since.get_or_insert(now);
+                if !demoted && now.saturating_sub(since) > LONG_RUN_NS {
+                    // SAFETY: `me` is this running kthread.
+                    unsafe { bindings::sched_set_normal(me, 0) };
+                    demoted = true;
+                }
+                continue;
+            }
             // Every queue with work waits on memory (another queue's fence is re-checked at the
             // next round; CPU writes are polled): look again after a tick unless kicked.
             Step::Stalled => 1,
             // Idle: until a doorbell (a long timeout only as a safety net).
             Step::Idle => kernel::time::msecs_to_jiffies(1000),
         };
+        busy_since = None;
+        if demoted {
+            // SAFETY: `me` is this running kthread.
+            unsafe { bindings::sched_set_fifo_low(me) };
+            demoted = false;
+        }
         let mut kicked = hw.kick.lock();
         if !*kicked {
             // Woken by a doorbell, by `kthread_stop`, or by the timeout.

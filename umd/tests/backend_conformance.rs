@@ -289,6 +289,33 @@ fn submit_validation_names_the_buffer_and_offset() {
         EINVAL,
         r::FENCE_NOT_SUBMITTED,
     );
+    // An in-fence's flags must be zero; the second fence is named.
+    let done = uapi::ioctl::Fence {
+        ctx_id: c,
+        flags: 0,
+        seqno: 0,
+    };
+    let flagged = uapi::ioctl::Fence { flags: 1, ..done };
+    let e = b.submit(c, &[good], &[done, flagged], 0).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason, e.bad_index),
+        (EINVAL, r::FLAGS_UNKNOWN, 1),
+        "{}",
+        e.describe()
+    );
+    // A good buffer, then one larger than any command buffer may be: the second is named (the
+    // kernel must not size anything after it before checking it).
+    let huge = Cmdbuf {
+        size: 0xffff_fffc,
+        ..good
+    };
+    let e = b.submit(c, &[good, huge], &[], 0).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason, e.bad_index),
+        (EINVAL, r::CMDBUF_BAD, 1),
+        "{}",
+        e.describe()
+    );
     let seq = b.submit(c, &[good, good], &[], 0).expect("submit");
     assert_eq!(seq, 1);
     let deadline = umd::error::detail::mono_ns() + 10_000_000_000;

@@ -458,6 +458,9 @@ impl Gpu {
                 bad_index: i as u32,
                 bad_offset: 0,
             };
+            if f.flags != 0 {
+                return Err(bad(r::FLAGS_UNKNOWN));
+            }
             let dep = match st.contexts.get(&f.ctx_id) {
                 Some(c) if c.file == file => c,
                 _ => return Err(bad(r::FENCE_CTX_INVALID)),
