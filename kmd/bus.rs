@@ -73,7 +73,10 @@ impl Registry {
     }
 
     fn slot(key: u64) -> usize {
-        (key as usize) & (CACHE_SLOTS - 1)
+        // Higher bits folded in: pages a power-of-two stride apart (a command buffer 512 KiB
+        // into the buffer whose first page the job writes) must not share a slot, or the two
+        // evict each other on every command buffer.
+        ((key ^ (key >> 6) ^ (key >> 12) ^ (key >> 18)) as usize) & (CACHE_SLOTS - 1)
     }
 
     fn lookup(&mut self, key: u64) -> Option<Target> {

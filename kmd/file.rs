@@ -43,7 +43,7 @@ impl drm::file::DriverFile for AigpuFile {
 
     fn open(dev: &AigpuDevice) -> Result<Pin<KBox<Self>>> {
         let gpu = dev.gpu.clone();
-        let vm = Arc::pin_init(new_mutex!(Vm::new(dev.stats.clone(), gpu.hw.bus().clone())), GFP_KERNEL)?;
+        let vm = Arc::pin_init(new_mutex!(Vm::new(dev.stats.clone(), gpu.clone())), GFP_KERNEL)?;
         let stats = Arc::new(
             ClientStats {
                 mem: Atomic::new(0),

@@ -1154,10 +1154,19 @@ impl Gpu {
             return (0, 0);
         };
         let start = q.tail;
-        let base = bus_addr(ring);
+        // The driver writes its own ring through its kernel mapping (as a driver writes a ring
+        // in system memory), not through the bus registry the device uses: no lock, no lookup,
+        // per descriptor.
+        let base = ring.as_mut_ptr().cast::<u8>();
         for d in descs {
-            let pa = base + u64::from(q.tail % RING_ENTRIES) * DESC_SIZE as u64;
-            let _ = crate::model::PhysMem::write(&**self.hw.bus(), pa, &d.to_bytes());
+            let off = (q.tail % RING_ENTRIES) as usize * DESC_SIZE;
+            let bytes = d.to_bytes();
+            // SAFETY: the ring is RING_ENTRIES * DESC_SIZE bytes (allocated in `new`, alive with
+            // `self`), so `off + DESC_SIZE` is in bounds. The device reads only descriptors between
+            // its head and the tail it saw at the last doorbell; this writes at or after the
+            // driver's tail, which the device reads only after the doorbell below publishes it
+            // (release on the doorbell latch, acquire in the device thread).
+            unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off), DESC_SIZE) };
             q.tail = q.tail.wrapping_add(1);
         }
         (start, q.tail)

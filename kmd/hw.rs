@@ -10,8 +10,8 @@
 //!
 //! Execution: a kernel thread (`aigpu<N>-hw`) calls the model's `step()` (one packet or one
 //! descriptor action) in a loop while there is work, and sleeps when the device is idle until a
-//! doorbell (any `Q_DOORBELL` write) wakes it. The model mutex is held for at most a few steps at
-//! a time and never together with a spinlock; the kernel is preemptible (PREEMPT_LAZY), so a long
+//! doorbell (any `Q_DOORBELL` write) wakes it. The model mutex is held for one round of at most
+//! 64 steps or about 100 us of them, and never taken under a spinlock; the kernel is preemptible (PREEMPT_LAZY), so a long
 //! run of steps does not hog a CPU.
 //!
 //! Interrupts: the model only has a level (`irq_line()`). The device thread moves newly raised
@@ -407,6 +407,12 @@ impl Hw {
         }
     }
 
+    /// `MMU_INVALIDATE` of every slot: the device drops its cached translations. Once this
+    /// returns no step can use them (register writes and steps are serialised by the model lock).
+    pub(crate) fn invalidate_tlb(&self) {
+        self.write32(regs::MMU_INVALIDATE, regs::MMU_INVALIDATE_ALL);
+    }
+
     /// Reads a 64-bit register (low word, then high word).
     pub(crate) fn read64(&self, off: usize) -> u64 {
         if queue_reg(off).is_some_and(|(_, r)| r == regs::Q_CUR_JOB) {
@@ -465,19 +471,27 @@ impl Hw {
         self.kick_cv.notify_one();
     }
 
-    /// One round of the device thread: a few steps under one hold of the model lock, then the
-    /// interrupt latch. Returns what the last step did.
+    /// One round of the device thread: up to `ROUND_STEPS` steps, or `ROUND_NS` of them, under
+    /// one hold of the model lock, then the interrupt latch. Returns what the last step did.
     fn run_once(&self) -> Step {
         let mut d = self.model.lock();
         self.apply_doorbells(&mut d);
         let mut step = Step::Idle;
-        for _ in 0..8 {
+        let start = mono_ns();
+        let mut n = 0u64;
+        while n < ROUND_STEPS {
             step = d.step();
             if step != Step::Progress || d.irq_line() {
                 break;
             }
-            self.steps.fetch_add(1, Relaxed);
+            n += 1;
+            // The clock is read every 8 steps only: small steps are cheaper than a clock read
+            // under emulation; a round of big GEMM steps stops after its first 8.
+            if n % 8 == 0 && mono_ns().saturating_sub(start) > ROUND_NS {
+                break;
+            }
         }
+        self.steps.fetch_add(n, Relaxed);
         self.refresh(&mut d);
         self.latch(&mut d);
         step
@@ -530,6 +544,14 @@ impl Hw {
         }
     }
 }
+
+/// Most steps per round of the device thread: each round costs a model-lock cycle, the doorbell
+/// and register mirror updates and the interrupt latch, so small steps (a one-packet command
+/// buffer is two) are run in batches.
+const ROUND_STEPS: u64 = 64;
+/// A round ends after this much work (checked every 8 steps), so a driver register access that
+/// needs the model lock waits at most about this long plus one step.
+const ROUND_NS: u64 = 100_000;
 
 /// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
 /// Uninterrupted device work after which the device thread gives up real-time priority (see

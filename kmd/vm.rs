@@ -18,10 +18,16 @@ use crate::{
     bus::Bus,
     driver::Stats,
     gem::Gem,
+    gpu::Gpu,
+    hw::Hw,
     ioctl::{fail, Fail},
+    model::mmu::Tlb,
     pt::PtPage,
     uapi::{ioctl as uioctl, pte, reason, version},
 };
+
+/// Pages unmapped per device TLB invalidation (a kilobyte of stack for their addresses).
+const UNMAP_BATCH: usize = 128;
 
 /// Most mappings one address space may hold.
 pub(crate) const MAX_MAPPINGS: usize = 1 << 16;
@@ -89,6 +95,10 @@ pub(crate) struct Vm {
     stats: Arc<Stats>,
     /// The device's memory registry: every mapped page is registered while mapped.
     bus: Arc<Bus>,
+    /// The GPU, whose translation cache must forget removed pages (`MMU_INVALIDATE`) before
+    /// they leave the bus. (The GPU holds this address space too while the file is attached;
+    /// `Gpu::detach` drops that reference, which breaks the cycle.)
+    gpu: Arc<Gpu>,
 }
 
 /// The `struct page` of page `index` of a pinned shmem object (null if out of range).
@@ -108,13 +118,14 @@ fn object_page(obj: &Gem, index: usize) -> *mut bindings::page {
 }
 
 impl Vm {
-    pub(crate) fn new(stats: Arc<Stats>, bus: Arc<Bus>) -> Self {
+    pub(crate) fn new(stats: Arc<Stats>, gpu: Arc<Gpu>) -> Self {
         Self {
             root: None,
             mappings: RBTree::new(),
             count: 0,
             stats,
-            bus,
+            bus: gpu.hw.bus().clone(),
+            gpu,
         }
     }
 
@@ -123,22 +134,40 @@ impl Vm {
         self.root.as_deref().map(PtPage::dma_address)
     }
 
-    /// Unmaps `[va, end)` page by page, unregistering every page from the bus.
-    fn unmap_range(root: &mut PtPage, bus: &Bus, va: u64, end: u64) {
+    /// Unmaps `[va, end)` page by page: clears the leaves, makes the device forget its cached
+    /// translations (`MMU_INVALIDATE`, hw-spec §5), then unregisters the pages from the bus, in
+    /// batches of `UNMAP_BATCH` pages. The order matters: once the invalidation returns (the
+    /// register write is ordered with the device's steps by the model lock) a job racing with the
+    /// unmap faults on the cleared entry (`UNMAPPED`), and can never reach a page that has left
+    /// the bus, let alone one unpinned afterwards and given to someone else.
+    fn unmap_range(root: &mut PtPage, bus: &Bus, hw: &Hw, va: u64, end: u64) {
         let mut cur = va;
         while cur < end {
-            let leaf = root.lookup(cur);
-            root.unmap_page(cur);
-            if leaf & pte::VALID != 0 {
-                bus.unregister(pte::addr(leaf));
+            let mut pages = [0u64; UNMAP_BATCH];
+            let mut n = 0;
+            while cur < end && n < UNMAP_BATCH {
+                let leaf = root.lookup(cur);
+                root.unmap_page(cur);
+                if leaf & pte::VALID != 0 {
+                    if let Some(p) = pages.get_mut(n) {
+                        *p = pte::addr(leaf);
+                        n += 1;
+                    }
+                }
+                cur += version::PAGE_SIZE;
             }
-            cur += version::PAGE_SIZE;
+            hw.invalidate_tlb();
+            for pa in pages.iter().take(n) {
+                bus.unregister(*pa);
+            }
         }
     }
 
     /// Reads `out.len()` u32 words at `va` through this address space, as the device would for a
     /// command fetch (`READ` permission needed). `Err` if any page is not mapped readable.
-    pub(crate) fn read_words(&self, va: u64, out: &mut [u32]) -> Result<(), ()> {
+    /// `tlb` caches the last page translated: one per submit, so the command buffers of a batch
+    /// that share a page cost one walk (the tables cannot change while the caller holds the VM).
+    pub(crate) fn read_words(&self, va: u64, out: &mut [u32], tlb: &mut Tlb) -> Result<(), ()> {
         let Some(root) = self.root_pa() else {
             return Err(());
         };
@@ -147,8 +176,7 @@ impl Vm {
         let total = out.len() * 4;
         while done < total {
             let cur = va.checked_add(done as u64).ok_or(())?;
-            let pa = crate::model::mmu::walk(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH)
-                .map_err(|_| ())?;
+            let pa = tlb.translate(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
             let in_page = (version::PAGE_SIZE - (cur % version::PAGE_SIZE)) as usize;
             let n = in_page.min(total - done).min(buf.len());
             crate::model::PhysMem::read(&*self.bus, pa, &mut buf[..n]).map_err(|_| ())?;
@@ -314,8 +342,8 @@ impl Vm {
             result = Err(EINVAL);
         }
         if let Err(e) = result {
-            // Roll back what was mapped.
-            Self::unmap_range(root, &self.bus, args.va, va);
+            // Roll back what was mapped (a job using the range meanwhile may have cached it).
+            Self::unmap_range(root, &self.bus, &self.gpu.hw, args.va, va);
             self.check_empty_tables();
             let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
             return Err(fail(e, r));
@@ -333,7 +361,7 @@ impl Vm {
             _ => return Err(fail(EINVAL, reason::VA_NOT_MAPPED)),
         }
         if let Some(root) = self.root.as_deref_mut() {
-            Self::unmap_range(root, &self.bus, va, va + size);
+            Self::unmap_range(root, &self.bus, &self.gpu.hw, va, va + size);
         }
         // Dropping the mapping unpins the pages and drops the object reference, after the
         // entries pointing at them are gone.
@@ -376,7 +404,7 @@ impl Drop for Vm {
         // (unpin, unreference).
         if let Some(root) = self.root.as_deref_mut() {
             for (va, m) in self.mappings.iter() {
-                Self::unmap_range(root, &self.bus, *va, *va + m.size);
+                Self::unmap_range(root, &self.bus, &self.gpu.hw, *va, *va + m.size);
             }
         }
         self.root = None;

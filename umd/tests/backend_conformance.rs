@@ -323,3 +323,64 @@ fn submit_validation_names_the_buffer_and_offset() {
     expect_err(b.wait(c, 2, deadline), EINVAL, r::FENCE_NOT_SUBMITTED);
     b.ctx_destroy(c).expect("destroy");
 }
+
+/// Reads `n` u32 words of object `h` through a CPU mapping.
+fn object_words(b: &dyn Backend, h: u32, n: usize) -> Vec<u32> {
+    let m = b.gem_mmap(h, PAGE).expect("mmap");
+    let mut out = vec![0u32; n];
+    // SAFETY: the mapping holds PAGE >= 4 * n bytes.
+    unsafe { std::ptr::copy_nonoverlapping(m.ptr, out.as_mut_ptr() as *mut u8, n * 4) };
+    b.gem_munmap(m).expect("munmap");
+    out
+}
+
+#[test]
+fn vm_unbind_reaches_the_device_before_the_next_job() {
+    // The device keeps translations across jobs (hw-spec §5, its TLB): the driver must make it
+    // forget a VA on unbind. Otherwise the job after a rebind writes the old object, and a job
+    // after a plain unbind writes memory the file no longer owns instead of faulting.
+    let b = open();
+    let c = b.ctx_create(1).expect("ctx");
+    let deadline = || umd::error::detail::mono_ns() + 10_000_000_000;
+    let dva = VA + 0x500_0000;
+    let fill =
+        |cva: u64, pattern: u32| cmdbuf(&*b, cva, &uapi::packet::encode_fill(dva, 64, pattern));
+
+    let old = b.gem_create(PAGE).expect("old");
+    b.vm_bind(old, dva, 0, PAGE, R | W).expect("bind old");
+    let (_h1, first) = fill(VA + 0x510_0000, 0x1111_1111);
+    let s = b.submit(c, &[first], &[], 0).expect("submit first");
+    assert_eq!(b.wait(c, s, deadline()).expect("wait first"), s);
+    assert_eq!(object_words(&*b, old, 16), vec![0x1111_1111; 16]);
+
+    b.vm_unbind(dva, PAGE).expect("unbind old");
+    let new = b.gem_create(PAGE).expect("new");
+    b.vm_bind(new, dva, 0, PAGE, R | W).expect("bind new");
+    let (_h2, second) = fill(VA + 0x520_0000, 0x2222_2222);
+    let s = b.submit(c, &[second], &[], 0).expect("submit second");
+    assert_eq!(b.wait(c, s, deadline()).expect("wait second"), s);
+    assert_eq!(object_words(&*b, new, 16), vec![0x2222_2222; 16]);
+    assert_eq!(
+        object_words(&*b, old, 16),
+        vec![0x1111_1111; 16],
+        "the job after the rebind wrote the old object"
+    );
+
+    b.vm_unbind(dva, PAGE).expect("unbind new");
+    let (_h3, third) = fill(VA + 0x530_0000, 0x3333_3333);
+    let s = b.submit(c, &[third], &[], 0).expect("submit third");
+    expect_err(b.wait(c, s, deadline()), libc::ECANCELED, r::CTX_LOST);
+    let st = b.ctx_state(c).expect("state");
+    assert_eq!(
+        (st.reset_status, st.fault_type, st.fault_va, st.fault_access),
+        (
+            uapi::ioctl::RESET_GUILTY,
+            uapi::regs::FAULT_UNMAPPED,
+            dva,
+            uapi::regs::ACCESS_WRITE
+        ),
+        "{st:?}"
+    );
+    assert_eq!(object_words(&*b, new, 16), vec![0x2222_2222; 16]);
+    b.ctx_destroy(c).expect("destroy");
+}

@@ -523,3 +523,88 @@ fn reset_failure_is_consumed_by_one_reset_only_when_injected() {
     h.w32(regs::RESET, regs::RESET_ENGINE);
     assert_eq!(h.r32(regs::ID), 0xFFFF_FFFF);
 }
+
+/// The patterns of `translations_outlive_jobs_until_invalidated`'s jobs, one per job.
+const TLB_JOBS: [u32; 8] = [0xA, 0xB, 0xC, 0xD, 0xE, 0xF, 0x10, 0x11];
+
+/// Maps every job's command buffer (a 16-byte FILL of its pattern at DATA_VA) up front: mapping
+/// invalidates the slot, as a driver does, and the test needs table changes that do not.
+fn map_fill_jobs(h: &mut H) -> Vec<u32> {
+    (0..TLB_JOBS.len())
+        .map(|n| {
+            let cva = CMD_VA + n as u64 * 0x1_0000;
+            h.cmdbuf(SLOT, cva, &packet::encode_fill(DATA_VA, 16, TLB_JOBS[n]))
+        })
+        .collect()
+}
+
+/// Runs job `n` of `map_fill_jobs` on queue 0 until the device stops.
+fn run_fill_job(h: &mut H, sizes: &[u32], n: usize) {
+    let cva = CMD_VA + n as u64 * 0x1_0000;
+    h.push(0, &exec_desc(SLOT as u32, cva, sizes[n], 0, 0, 0, n as u64));
+    h.run();
+}
+
+#[test]
+fn translations_outlive_jobs_until_invalidated() {
+    let mut h = H::new();
+    h.enable_slot(SLOT);
+    h.setup_queue(0, 16, 1);
+    let pages: Vec<u64> = (0..5).map(|_| h.alloc_page()).collect();
+    h.map_page(SLOT, DATA_VA, pages[0], RW);
+    let sizes = map_fill_jobs(&mut h);
+    let leaf = h.entry_pa(SLOT, DATA_VA, 0);
+    let word = |h: &H, page: u64| u32::from_le_bytes(h.mem().peek(page, 4).try_into().unwrap());
+    let point_at = |h: &H, page: u64| h.mem().poke_u64(leaf, vgpu::uapi::pte::page(page, RW));
+    run_fill_job(&mut h, &sizes, 0);
+    assert_eq!(word(&h, pages[0]), 0xA);
+    // The leaf changes behind the device's back (no invalidation): the next job still writes
+    // the old page. This is the contract the driver must keep (hw-spec §5).
+    point_at(&h, pages[1]);
+    run_fill_job(&mut h, &sizes, 1);
+    assert_eq!((word(&h, pages[0]), word(&h, pages[1])), (0xB, 0));
+    // MMU_INVALIDATE of the other slots keeps it; of this slot drops it. It reads as zero.
+    h.w32(
+        regs::MMU_INVALIDATE,
+        !(1 << SLOT) & regs::MMU_INVALIDATE_ALL,
+    );
+    run_fill_job(&mut h, &sizes, 2);
+    assert_eq!((word(&h, pages[0]), word(&h, pages[1])), (0xC, 0));
+    h.w32(regs::MMU_INVALIDATE, 1 << SLOT);
+    assert_eq!(h.r32(regs::MMU_INVALIDATE), 0);
+    run_fill_job(&mut h, &sizes, 3);
+    assert_eq!((word(&h, pages[0]), word(&h, pages[1])), (0xC, 0xD));
+    // Rewriting the slot's AS_PT_BASE (even with the same table) drops its translations.
+    point_at(&h, pages[2]);
+    let root = h.root(SLOT);
+    h.dev.mmio_write64(regs::as_pt_base(SLOT), root);
+    run_fill_job(&mut h, &sizes, 4);
+    assert_eq!((word(&h, pages[1]), word(&h, pages[2])), (0xD, 0xE));
+    // So does AS_CONFIG.
+    point_at(&h, pages[3]);
+    h.w32(regs::as_config(SLOT), regs::AS_ENABLED);
+    run_fill_job(&mut h, &sizes, 5);
+    assert_eq!((word(&h, pages[2]), word(&h, pages[3])), (0xE, 0xF));
+    // And an engine reset (which also stops the queues: set up again).
+    point_at(&h, pages[4]);
+    h.w32(regs::RESET, regs::RESET_ENGINE);
+    h.setup_queue(0, 16, 1);
+    run_fill_job(&mut h, &sizes, 6);
+    assert_eq!((word(&h, pages[3]), word(&h, pages[4])), (0xF, 0x10));
+    assert_eq!(h.r32(regs::FAULT_STATUS), 0);
+    // A leaf removed and invalidated faults (nothing negative was cached either).
+    h.mem().poke_u64(leaf, 0);
+    h.w32(regs::MMU_INVALIDATE, regs::MMU_INVALIDATE_ALL);
+    run_fill_job(&mut h, &sizes, 7);
+    let (status, addr, _, job) = h.fault();
+    assert_eq!(
+        (
+            regs::fault_kind(status),
+            regs::fault_access(status),
+            addr,
+            job
+        ),
+        (regs::FAULT_UNMAPPED, regs::ACCESS_WRITE, DATA_VA, 7)
+    );
+    assert_eq!(word(&h, pages[4]), 0x10);
+}

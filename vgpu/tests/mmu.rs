@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use vgpu::model::mmu::{walk, Fault, Tlb};
+use vgpu::model::mmu::{walk, DevTlb, Fault, Tlb};
 use vgpu::uapi::{pte, regs};
 
 const ROOT: u64 = 0x1000;
@@ -156,4 +156,102 @@ fn tlb_caches_one_page_per_access_type() {
     // A fault does not replace the cached entry.
     assert_eq!(tlb.translate(&m, ROOT, VA + 0x1004, read), Ok(0xB56B));
     assert_eq!(m.accesses.get(), 12);
+}
+
+#[test]
+fn device_tlb_keeps_translations_until_invalidated() {
+    let m = tables(pte::page(PAGE_PA, pte::READ | pte::WRITE));
+    let tlb = DevTlb::new();
+    let read = regs::ACCESS_READ;
+    assert_eq!(tlb.translate(&m, 3, ROOT, VA, read), Ok(0x9567));
+    assert_eq!(m.accesses.get(), 4);
+    assert_eq!(
+        tlb.translate(&m, 3, ROOT, VA + 0x10, regs::ACCESS_WRITE),
+        Ok(0x9577)
+    );
+    assert_eq!(m.accesses.get(), 4, "cached, with both rights");
+    // The tables change without an invalidation: the device still uses the old page (the
+    // driver's duty, hw-spec §5).
+    m.poke_u64(L0 + 4 * 8, pte::page(0xC000, pte::READ | pte::WRITE));
+    assert_eq!(tlb.translate(&m, 3, ROOT, VA, read), Ok(0x9567));
+    // Another slot's invalidation leaves it; its own drops it.
+    tlb.invalidate(!(1 << 3));
+    assert_eq!(tlb.translate(&m, 3, ROOT, VA, read), Ok(0x9567));
+    assert_eq!(m.accesses.get(), 4);
+    tlb.invalidate(1 << 3);
+    assert_eq!(tlb.translate(&m, 3, ROOT, VA, read), Ok(0xC567));
+    assert_eq!(m.accesses.get(), 8, "walked again after the invalidation");
+    // Entries are per slot: the same VA in another slot is walked through that slot's tables.
+    assert_eq!(tlb.translate(&m, 4, ROOT, VA, read), Ok(0xC567));
+    assert_eq!(m.accesses.get(), 12);
+    // An unmapped VA is never cached: it faults each time, and a later mapping needs no
+    // invalidation.
+    m.poke_u64(L0 + 5 * 8, 0);
+    assert_eq!(
+        tlb.translate(&m, 3, ROOT, VA + 0x1000, read),
+        f(regs::FAULT_UNMAPPED, read, VA + 0x1000)
+    );
+    m.poke_u64(L0 + 5 * 8, pte::page(0xD000, pte::READ));
+    assert_eq!(tlb.translate(&m, 3, ROOT, VA + 0x1000, read), Ok(0xD567));
+}
+
+#[test]
+fn device_tlb_checks_rights_on_a_hit() {
+    let m = tables(pte::page(PAGE_PA, pte::READ));
+    let tlb = DevTlb::new();
+    assert_eq!(
+        tlb.translate(&m, 0, ROOT, VA, regs::ACCESS_FETCH),
+        Ok(0x9567)
+    );
+    assert_eq!(m.accesses.get(), 4);
+    // Cached read-only: a write walks again and faults as the walk does.
+    assert_eq!(
+        tlb.translate(&m, 0, ROOT, VA, regs::ACCESS_WRITE),
+        f(regs::FAULT_PERMISSION, regs::ACCESS_WRITE, VA)
+    );
+    assert_eq!(m.accesses.get(), 8);
+    // Made writable (a new right needs no invalidation: the miss walks and replaces the entry).
+    m.poke_u64(L0 + 4 * 8, pte::page(PAGE_PA, pte::READ | pte::WRITE));
+    assert_eq!(
+        tlb.translate(&m, 0, ROOT, VA, regs::ACCESS_WRITE),
+        Ok(0x9567)
+    );
+    assert_eq!(
+        tlb.translate(&m, 0, ROOT, VA, regs::ACCESS_READ),
+        Ok(0x9567)
+    );
+    assert_eq!(m.accesses.get(), 12);
+}
+
+#[test]
+fn device_tlb_holds_two_pages_per_set_least_recently_used_out() {
+    // Pages 16 apart share a set (the set index folds VA bits 4 and up): the third evicts the
+    // least recently used of the first two.
+    let m = tables(pte::page(PAGE_PA, pte::READ));
+    let base = VA & !0x1F_FFFF; // L0 index 0 of the same L0 table
+    let pages = [0u64, 0x11, 0x22];
+    for (i, p) in pages.iter().enumerate() {
+        m.poke_u64(
+            L0 + p * 8,
+            pte::page(0x10_0000 + (i as u64) * 0x1000, pte::READ),
+        );
+    }
+    let va = |p: u64| base + (p << 12);
+    let tlb = DevTlb::new();
+    let read = regs::ACCESS_READ;
+    for p in pages {
+        tlb.translate(&m, 0, ROOT, va(p), read).expect("mapped");
+    }
+    assert_eq!(m.accesses.get(), 12);
+    // Most recent two (0x11, 0x22) hit; page 0 was evicted.
+    tlb.translate(&m, 0, ROOT, va(0x22), read).expect("mapped");
+    tlb.translate(&m, 0, ROOT, va(0x11), read).expect("mapped");
+    assert_eq!(m.accesses.get(), 12);
+    tlb.translate(&m, 0, ROOT, va(0), read).expect("mapped");
+    assert_eq!(m.accesses.get(), 16);
+    // 0x11 was used after 0x22, so 0x22 went out.
+    tlb.translate(&m, 0, ROOT, va(0x11), read).expect("mapped");
+    assert_eq!(m.accesses.get(), 16);
+    tlb.translate(&m, 0, ROOT, va(0x22), read).expect("mapped");
+    assert_eq!(m.accesses.get(), 20);
 }

@@ -158,6 +158,25 @@ fn fill_pattern_across_pages() {
     assert!(out[8208..].iter().all(|&b| b == 0));
 }
 
+#[test]
+fn fill_sizes_around_the_small_buffer() {
+    // Fills of at most 64 bytes take a small buffer, longer ones the 512-byte chunk: both
+    // write exactly `size` bytes of the pattern, nothing before or after.
+    for size in [4u64, 60, 64, 68, 508, 512, 516] {
+        let mut h = setup();
+        h.map(SLOT, DATA_VA, PAGE, RW);
+        h.write_va(SLOT, DATA_VA, &[0x5A; 600]);
+        run_ok(&mut h, &packet::encode_fill(DATA_VA + 4, size, 0x0403_0201));
+        let out = h.read_va(SLOT, DATA_VA, 600);
+        let end = 4 + size as usize;
+        assert_eq!(&out[..4], &[0x5A; 4], "size {size}: before");
+        for (i, w) in out[4..end].chunks_exact(4).enumerate() {
+            assert_eq!(w, &[1, 2, 3, 4], "size {size}: word {i}");
+        }
+        assert!(out[end..].iter().all(|&b| b == 0x5A), "size {size}: after");
+    }
+}
+
 /// Plain reference: C[i][j] = (acc ? C0[i][j] : 0) + sum A[i][l]*B[l][j], wrapping int32.
 fn gemm_ref(g: &GemmArgs, a: &[u8], b: &[u8], c0: &[i32]) -> Vec<i32> {
     let mut c = c0.to_vec();

@@ -66,6 +66,12 @@ pub const STATUS_LOST: u32 = 1 << 2;
 /// What every register reads as once the device has fallen off the bus.
 pub const LOST_READ_VALUE: u32 = 0xFFFF_FFFF;
 
+/// `MMU_INVALIDATE` (WO): a mask of address-space slots (bit s = slot s) whose cached
+/// translations the device drops (hw-spec §5). Takes effect before the write completes.
+pub const MMU_INVALIDATE: usize = 0x048;
+/// `MMU_INVALIDATE` value: every slot.
+pub const MMU_INVALIDATE_ALL: u32 = (1 << NUM_AS_SLOTS) - 1;
+
 /// `FAULT_STATUS` (RO).
 pub const FAULT_STATUS: usize = 0x060;
 /// `FAULT_STATUS` bit: the fault registers are valid.

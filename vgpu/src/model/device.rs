@@ -4,7 +4,7 @@
 
 use super::exec::{self, Outcome, Space};
 use super::mem::{read_u64, write_u64, Bus, Clock, PhysMem};
-use super::mmu::Fault;
+use super::mmu::{DevTlb, Fault};
 use crate::uapi::packet::Packet;
 use crate::uapi::ring::{self, Desc};
 use crate::uapi::{regs, version};
@@ -105,19 +105,23 @@ struct Queue {
 }
 
 impl Queue {
+    #[inline]
     fn enabled(&self) -> bool {
         self.ctrl & regs::Q_CTRL_ENABLE != 0
     }
 
+    #[inline]
     fn prio(&self) -> u32 {
         core::cmp::min((self.ctrl >> regs::Q_CTRL_PRIO_SHIFT) & 0x3, PRIO_MAX)
     }
 
+    #[inline]
     fn pending(&self) -> bool {
         self.tail_seen != self.head
     }
 
     /// May make progress in a step (a waiting queue is re-checked).
+    #[inline]
     fn runnable(&self) -> bool {
         self.enabled() && !self.faulted && !self.hung && (self.active.is_some() || self.pending())
     }
@@ -182,6 +186,8 @@ pub struct Device<M: PhysMem, C: Clock> {
     mem: M,
     clock: C,
     st: State,
+    /// Cached translations of every slot (hw-spec §5).
+    tlb: DevTlb,
 }
 
 impl<M: PhysMem, C: Clock> Device<M, C> {
@@ -192,6 +198,7 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
             mem,
             clock,
             st: State::default(),
+            tlb: DevTlb::new(),
         }
     }
 
@@ -291,18 +298,28 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
             regs::DEBUG_CTRL => st.debug_ctrl = value & regs::DEBUG_CTRL_HANG,
             regs::IRQ_MASK => st.irq_mask = value & regs::IRQ_ALL,
             regs::IRQ_ACK => st.irq_raw &= !value,
-            regs::RESET if value == regs::RESET_ENGINE => st.reset(),
+            regs::RESET if value == regs::RESET_ENGINE => {
+                st.reset();
+                self.tlb.invalidate(regs::MMU_INVALIDATE_ALL);
+            }
+            regs::MMU_INVALIDATE => self.tlb.invalidate(value),
             AS_FIRST..AS_END => {
                 let rel = offset - AS_FIRST;
-                let Some(slot) = st.slots.get_mut(rel / AS_STRIDE) else {
+                let index = rel / AS_STRIDE;
+                let Some(slot) = st.slots.get_mut(index) else {
                     return;
                 };
                 match rel % AS_STRIDE {
                     AS_PT_BASE_LO => slot.pt_base_lo = value,
                     AS_PT_BASE_HI => {
-                        slot.pt_base = u64::from(slot.pt_base_lo) | (u64::from(value) << 32)
+                        slot.pt_base = u64::from(slot.pt_base_lo) | (u64::from(value) << 32);
+                        // A slot given another address space forgets the old one's pages.
+                        self.tlb.invalidate(1 << index);
                     }
-                    AS_CONFIG_OFF => slot.config = value & regs::AS_ENABLED,
+                    AS_CONFIG_OFF => {
+                        slot.config = value & regs::AS_ENABLED;
+                        self.tlb.invalidate(1 << index);
+                    }
                     _ => {}
                 }
             }
@@ -355,7 +372,7 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
             return Step::Idle;
         }
         let bus = Bus::new(&self.mem, self.st.fail_next_access);
-        let progressed = self.st.step(&bus, &self.clock);
+        let progressed = self.st.step(&bus, &self.clock, &self.tlb);
         self.st.fail_next_access = bus.fail_pending();
         if progressed {
             Step::Progress
@@ -450,18 +467,30 @@ impl State {
         &mut self,
         bus: &Bus<'_, M>,
         clock: &C,
+        tlb: &DevTlb,
     ) -> bool {
+        // Which queues may run, per priority, in one pass: running one queue never changes
+        // whether another one is runnable, so the masks stay valid for this whole step.
+        let mut runnable = [0u32; PRIO_MAX as usize + 1];
+        for (q, queue) in self.queues.iter().enumerate() {
+            if queue.runnable() {
+                if let Some(m) = runnable.get_mut(queue.prio() as usize) {
+                    *m |= 1 << q;
+                }
+            }
+        }
         for prio in (0..=PRIO_MAX).rev() {
+            let mask = runnable.get(prio as usize).copied().unwrap_or(0);
+            if mask == 0 {
+                continue;
+            }
             let start = self.rr_next.get(prio as usize).copied().unwrap_or(0);
             for i in 0..regs::NUM_QUEUES {
                 let q = start.wrapping_add(i) % regs::NUM_QUEUES;
-                let Some(queue) = self.queues.get(q) else {
-                    continue;
-                };
-                if queue.prio() != prio || !queue.runnable() {
+                if mask & (1 << q) == 0 {
                     continue;
                 }
-                if self.run_queue(q, bus, clock) {
+                if self.run_queue(q, bus, clock, tlb) {
                     if let Some(next) = self.rr_next.get_mut(prio as usize) {
                         *next = (q + 1) % regs::NUM_QUEUES;
                     }
@@ -478,6 +507,7 @@ impl State {
         q: usize,
         bus: &Bus<'_, M>,
         clock: &C,
+        tlb: &DevTlb,
     ) -> bool {
         let Some(queue) = self.queues.get(q) else {
             return false;
@@ -499,7 +529,9 @@ impl State {
             Wait::Mem { packet, bytes } => {
                 let space = Space {
                     mem: bus,
+                    slot: desc.as_slot,
                     pt_base: active.pt_base,
+                    tlb,
                 };
                 match exec::execute(&space, clock, &packet) {
                     Ok(Outcome::Waiting) => return false,
@@ -513,7 +545,9 @@ impl State {
             Wait::None => {
                 let space = Space {
                     mem: bus,
+                    slot: desc.as_slot,
                     pt_base: active.pt_base,
+                    tlb,
                 };
                 let hang_enabled = self.debug_ctrl & regs::DEBUG_CTRL_HANG != 0;
                 let fetched =

@@ -1,13 +1,13 @@
 //! Packet execution (hw-spec §6): fetching and decoding one packet of a command buffer, and
 //! executing one decoded packet against an address space.
 //!
-//! Every memory access goes through [`Space`], which translates page by page (one walk per new
-//! page, cached in a per-operand [`Tlb`]) and never issues a physical access that crosses a
-//! page. Data moves through small on-stack buffers, so nothing here allocates and the stack
-//! stays around 1.5 KiB.
+//! Every memory access goes through [`Space`], which translates page by page (a per-operand
+//! [`Tlb`] in front of the device's [`DevTlb`] in front of the walk) and never issues a physical
+//! access that crosses a page. Data moves through small on-stack buffers, so nothing here
+//! allocates and the stack stays around 1.5 KiB.
 
 use super::mem::{Clock, PhysMem};
-use super::mmu::{Fault, Tlb, PAGE_SIZE};
+use super::mmu::{DevTlb, Fault, Tlb, PAGE_SIZE};
 use crate::uapi::packet::{self, Packet};
 use crate::uapi::regs;
 
@@ -20,13 +20,17 @@ const GEMM_K_CHUNK: usize = 256;
 /// int32 elements per ELTWISE chunk.
 const ELT_CHUNK: usize = 64;
 
-/// One address space as the executor sees it: the device's memory and the PA of the top-level
-/// page table of the descriptor's slot.
+/// One address space as the executor sees it: the device's memory, the descriptor's slot, the
+/// PA of its top-level page table and the device's translation cache.
 pub struct Space<'a, M: PhysMem + ?Sized> {
     /// Physical memory.
     pub mem: &'a M,
+    /// The address-space slot (tags the cached translations).
+    pub slot: u32,
     /// `AS_PT_BASE` of the slot.
     pub pt_base: u64,
+    /// The device's translation cache.
+    pub tlb: &'a DevTlb,
 }
 
 impl<M: PhysMem + ?Sized> Space<'_, M> {
@@ -49,7 +53,10 @@ impl<M: PhysMem + ?Sized> Space<'_, M> {
                     .ok_or(Fault::new(regs::FAULT_UNMAPPED, access, va))?;
             let left_in_page = PAGE_SIZE - (cur & (PAGE_SIZE - 1));
             let n = core::cmp::min(left_in_page, (len - done) as u64) as usize;
-            let pa = tlb.translate(self.mem, self.pt_base, cur, access)?;
+            let pa = tlb.translate_via(cur, access, |va| {
+                self.tlb
+                    .translate(self.mem, self.slot, self.pt_base, va, access)
+            })?;
             f(cur, pa, done..done + n)?;
             done += n;
         }
@@ -112,18 +119,33 @@ pub fn fetch<M: PhysMem + ?Sized>(
     let mut tlb = Tlb::new();
 
     let mut bytes = [0u8; packet::MAX_FIXED_WORDS * 4];
-    let (head, body) = bytes.split_at_mut(4);
-    space.read(&mut tlb, va, head, fetch)?;
-    let h = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let remaining = (cmd_size.saturating_sub(offset) / 4) as usize;
+    // One access for the header and as much of the longest fixed-size body as lies in both the
+    // command buffer and the header's page (bytes past the packet are ignored, and reading them
+    // cannot fault: same page, same access); a body that crosses the page is read in a second
+    // access.
+    let in_page = (PAGE_SIZE - (va & (PAGE_SIZE - 1))) as usize;
+    let first = core::cmp::max(
+        4,
+        core::cmp::min(core::cmp::min(remaining * 4, in_page), bytes.len()),
+    );
+    space.read(
+        &mut tlb,
+        va,
+        bytes.get_mut(..first).unwrap_or_default(),
+        fetch,
+    )?;
+    let h = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     let n = packet::packet_words(h, remaining).map_err(|_| malformed)?;
 
     let mut words = [0u32; packet::MAX_FIXED_WORDS];
     let used = if packet::header_opcode(h) == packet::OP_NOP {
         1
     } else if n <= packet::MAX_FIXED_WORDS {
-        let body = body.get_mut(..(n - 1) * 4).unwrap_or_default();
-        space.read(&mut tlb, va.wrapping_add(4), body, fetch)?;
+        if n * 4 > first {
+            let rest = bytes.get_mut(first..n * 4).unwrap_or_default();
+            space.read(&mut tlb, va.wrapping_add(first as u64), rest, fetch)?;
+        }
         n
     } else {
         // Longer than any fixed-size packet: only NOP may be, so this is a bad length.
@@ -253,20 +275,41 @@ fn copy<M: PhysMem + ?Sized>(
 }
 
 /// FILL: `size` is a multiple of 4 and so is `CHUNK`, so every chunk starts on a pattern word.
+/// A small fill (the common clear of a flag or counter) goes through a small buffer: preparing
+/// 512 bytes of pattern for 4 of them was most of a one-packet job's cost under emulation.
 fn fill<M: PhysMem + ?Sized>(
     space: &Space<'_, M>,
     dst: u64,
     size: u64,
     pattern: u32,
 ) -> Result<(), Fault> {
-    let mut buf = [0u8; CHUNK];
-    for w in buf.chunks_exact_mut(4) {
-        w.copy_from_slice(&pattern.to_le_bytes());
+    if size <= SMALL_FILL as u64 {
+        fill_with::<M, SMALL_FILL>(space, dst, size, pattern)
+    } else {
+        fill_with::<M, CHUNK>(space, dst, size, pattern)
+    }
+}
+
+/// Bytes of the buffer for fills of at most this size.
+const SMALL_FILL: usize = 64;
+
+/// FILL through an `N`-byte buffer of the pattern (`N` a multiple of 4).
+fn fill_with<M: PhysMem + ?Sized, const N: usize>(
+    space: &Space<'_, M>,
+    dst: u64,
+    size: u64,
+    pattern: u32,
+) -> Result<(), Fault> {
+    let mut buf = [0u8; N];
+    let used = core::cmp::min(N as u64, size) as usize;
+    let word = pattern.to_le_bytes();
+    for w in buf.get_mut(..used).unwrap_or_default().chunks_exact_mut(4) {
+        w.copy_from_slice(&word);
     }
     let mut tlb = Tlb::new();
     let mut done = 0u64;
     while done < size {
-        let n = core::cmp::min(CHUNK as u64, size - done) as usize;
+        let n = core::cmp::min(N as u64, size - done) as usize;
         space.write(
             &mut tlb,
             dst.wrapping_add(done),

@@ -200,6 +200,8 @@ impl H {
     pub fn set_entry(&mut self, slot: usize, va: u64, level: usize, entry: u64) {
         let pa = self.entry_pa(slot, va, level);
         self.mem().poke_u64(pa, entry);
+        // As a driver must (hw-spec §5): the device may hold the old translation.
+        self.w32(regs::MMU_INVALIDATE, 1 << slot);
     }
 
     /// Maps `va` (page aligned) to the page at `pa`.

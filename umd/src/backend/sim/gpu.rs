@@ -330,6 +330,12 @@ impl Gpu {
         st.lost && st.as_slots.iter().all(|s| s.is_none())
     }
 
+    /// Drops the device's cached translations of address-space slot `slot` (after the file's
+    /// page tables lost entries: unbind, failed bind).
+    pub fn invalidate_tlb(&self, slot: usize) {
+        lock(&self.dev).mmio_write32(regs::MMU_INVALIDATE, 1 << slot);
+    }
+
     /// Releases a file's slot and contexts (file close).
     pub fn detach_file(&self, file: u64, slot: usize) {
         let ids: Vec<u32> = self

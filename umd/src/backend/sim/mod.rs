@@ -283,12 +283,23 @@ impl Backend for SimFile {
     ) -> KmdResult<()> {
         self.check_alive()?;
         let bo = self.bo(handle)?;
-        lock(&self.vm).bind(bo, va, bo_offset, size, access)
+        let r = lock(&self.vm).bind(bo, va, bo_offset, size, access);
+        if r.is_err() {
+            // The rolled-back pages may have been translated meanwhile (a job using the range
+            // while it was being bound): the device must forget them.
+            self.gpu.invalidate_tlb(self.slot);
+        }
+        r
     }
 
     fn vm_unbind(&self, va: u64, size: u64) -> KmdResult<()> {
         self.check_alive()?;
-        lock(&self.vm).unbind(va, size).map(|_| ())
+        let bo = lock(&self.vm).unbind(va, size)?;
+        // The device caches translations across jobs (hw-spec §5): it must forget the removed
+        // pages before the object, and with it their memory, can be freed and reused.
+        self.gpu.invalidate_tlb(self.slot);
+        drop(bo);
+        Ok(())
     }
 
     fn ctx_create(&self, priority: u32) -> KmdResult<u32> {
