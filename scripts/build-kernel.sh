@@ -1,11 +1,12 @@
 #!/bin/bash
 # Builds (or re-uses) the QEMU guest kernel for a flavour and prints its build directory.
 #
-#   scripts/build-kernel.sh [base|debug]        (default: debug)
+#   scripts/build-kernel.sh [base|debug|prof]   (default: debug)
 #
 # base  = `make tinyconfig` + kmd/kconfig/base.config (serial console, initrd, devtmpfs, debugfs,
 #         modules, Rust, DRM + the Rust shmem/GPUVM helpers)
 # debug = base + kmd/kconfig/debug.config (KASAN, kmemleak, lockdep, atomic-sleep checks)
+# prof  = base + kmd/kconfig/prof.config (eventfd, for perf in the guest: scripts/profile-guest.sh)
 #
 # The whole O= build tree is the cache entry ($AIGPU_CACHE/kernel/<key>): out-of-tree modules
 # need its rust/*.rmeta, Module.symvers, include/generated and scripts/. The key is a sha256 over
@@ -23,7 +24,8 @@ FLAVOR=${1:-debug}
 case $FLAVOR in
   base) frags=("$AIGPU_ROOT/kmd/kconfig/base.config") ;;
   debug) frags=("$AIGPU_ROOT/kmd/kconfig/base.config" "$AIGPU_ROOT/kmd/kconfig/debug.config") ;;
-  *) echo "usage: $0 [base|debug]" >&2; exit 2 ;;
+  prof) frags=("$AIGPU_ROOT/kmd/kconfig/base.config" "$AIGPU_ROOT/kmd/kconfig/prof.config") ;;
+  *) echo "usage: $0 [base|debug|prof]" >&2; exit 2 ;;
 esac
 
 [ -f "$KSRC/Makefile" ] || { echo "build-kernel: no kernel source at $KSRC (run scripts/setup-toolchain.sh)" >&2; exit 1; }

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! umd-submit-bench [--iters N] [--repeats R] [--mlp-demo PATH]
+//! umd-submit-bench --only single|batched [--repeats R]
 //! ```
 //!
 //! * floor: a bare `DRM_IOCTL_VERSION` round trip on the render node (kernel backend), or a bare
@@ -16,6 +17,9 @@
 //!   targets >= 20x fewer ioctls and >= 5x the throughput;
 //! * the MLP demo (`examples/mlp_demo`, run R times as a child with the same environment): wall
 //!   time of the process and its own "GPU submit+wait" time, medians.
+//!
+//! `--only` runs just one half of the 1,000-job comparison, R times (for a profiler: the samples
+//! then belong to that path alone).
 //!
 //! The backend is used through the `Backend` trait (one method per ioctl), so the kernel numbers
 //! are ioctl numbers, not libumd overhead.
@@ -227,6 +231,29 @@ fn main() {
     for _ in 0..50 {
         let s = b.submit(ctx, &[cb], &[], 0).expect("submit");
         b.wait(ctx, s, deadline()).expect("wait");
+    }
+
+    if let Some(only) = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+    {
+        let per_ioctl = match only.as_str() {
+            "single" => 1,
+            "batched" => uapi::ioctl::MAX_CMDBUFS as usize,
+            other => {
+                eprintln!("umd-submit-bench: --only takes single or batched, not {other}");
+                std::process::exit(2);
+            }
+        };
+        let rates: Vec<f64> = (0..repeats)
+            .map(|_| JOBS as f64 / jobs(b, ctx, cb, per_ioctl).1)
+            .collect();
+        println!(
+            "{JOBS} small jobs, {per_ioctl} per ioctl: {:.0} jobs/s (median of {repeats})",
+            median(rates)
+        );
+        return;
     }
 
     let (floor, floor_what) = floor_ns(b, iters);
