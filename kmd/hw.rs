@@ -415,10 +415,14 @@ impl Hw {
 
     /// Reads a 64-bit register (low word, then high word).
     pub(crate) fn read64(&self, off: usize) -> u64 {
-        if queue_reg(off).is_some_and(|(_, r)| r == regs::Q_CUR_JOB) {
-            let lo = self.read32(off);
-            let hi = self.read32(off + 4);
-            return u64::from(lo) | (u64::from(hi) << 32);
+        if let Some((qi, regs::Q_CUR_JOB)) = queue_reg(off) {
+            // One load of the mirror: two 32-bit reads could pair halves of two different jobs.
+            if let Some(q) = self.queues.get(qi) {
+                if self.irq.lost.load(Relaxed) {
+                    return u64::from(regs::LOST_READ_VALUE) | (u64::from(regs::LOST_READ_VALUE) << 32);
+                }
+                return q.cur_job.load(Relaxed);
+            }
         }
         let mut d = self.model.lock();
         d.mmio_read64(off)

@@ -199,6 +199,23 @@ struct sub {
 	__u64 bad_offset, seqno;
 };
 
+/* Opens device 0 and creates one context of `prio` on it; on failure reports `name` as failed,
+ * closes what was opened and returns non-zero. */
+static int open_with_ctx(struct gpu *g, __u32 prio, __u32 *ctx, const char *name)
+{
+	int r = gpu_open(g, 0);
+	if (r) {
+		fail(name, "setup: open rc=%d", r);
+		return r;
+	}
+	r = ctx_create(g, prio, ctx);
+	if (r) {
+		fail(name, "setup: context rc=%d", r);
+		gpu_close(g);
+	}
+	return r;
+}
+
 static struct sub submit(struct gpu *g, __u32 ctx, const struct drm_aigpu_cmdbuf *cbs, unsigned n,
 			 const struct drm_aigpu_fence *fences, unsigned nf, __u32 flags)
 {
@@ -399,12 +416,9 @@ static void test_submit_wait(void)
 {
 	struct gpu g;
 	__u32 ctx;
-	int r = gpu_open(&g, 0);
-	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
-	if (r) {
-		fail("submit-wait", "setup rc=%d", r);
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "submit-wait");
+	if (r)
 		return;
-	}
 	__u64 va;
 	uint32_t *p = cmd_alloc(&g, 32, &va), *e = p;
 	e = pkt_fill(e, VA, 4096, 0x11223344u);
@@ -455,18 +469,39 @@ static void test_submit_wait(void)
 	gpu_close(&g);
 }
 
+/* Without hang_debug (the default), HANG is refused at submit, naming the buffer and offset. */
+static void test_hang_disabled(void)
+{
+	int r = reload("num_devices=1 mem_mib=64 hang_debug=0");
+	CHECK("reload-hang-debug-off", r == 0, "rc=%d (%s)", r, strerror(-r));
+	if (r)
+		return;
+	struct gpu g;
+	__u32 ctx;
+	r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "hang-disabled");
+	if (r)
+		return;
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 16, &va), *e = p;
+	e = pkt_fill(e, VA, 4, 1);
+	e = pkt_hang(e);
+	struct drm_aigpu_cmdbuf cb = { .va = va, .size = (__u32)((e - p) * 4) };
+	struct sub s = submit(&g, ctx, &cb, 1, NULL, 0, 0);
+	CHECK("submit-hang-disabled", s.rc == -EINVAL && s.reason == AIGPU_REASON_PACKET_HANG_DISABLED &&
+					      s.bad_index == 0 && s.bad_offset == 24,
+	      "rc=%d reason=%u index=%u offset=%llu", s.rc, s.reason, s.bad_index, (unsigned long long)s.bad_offset);
+	gpu_close(&g);
+}
+
 /* Many command buffers in one ioctl: one job, one seqno, one ioctl, every buffer ran. */
 static void test_batch(void)
 {
 	enum { N = 200 };
 	struct gpu g;
 	__u32 ctx;
-	int r = gpu_open(&g, 0);
-	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &ctx);
-	if (r) {
-		fail("batch-submit", "setup rc=%d", r);
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_HIGH, &ctx, "batch-submit");
+	if (r)
 		return;
-	}
 	static struct drm_aigpu_cmdbuf cbs[N];
 	for (unsigned i = 0; i < N; i++) {
 		__u64 va;
@@ -574,12 +609,9 @@ static void test_wait_outcomes(void)
 {
 	struct gpu g;
 	__u32 ctx;
-	int r = gpu_open(&g, 0);
-	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
-	if (r) {
-		fail("wait-outcomes", "setup rc=%d", r);
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "wait-outcomes");
+	if (r)
 		return;
-	}
 	volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x20000);
 	*flag = 0;
 	__u64 va;
@@ -639,12 +671,9 @@ static void test_ring_full(void)
 {
 	struct gpu g;
 	__u32 ctx;
-	int r = gpu_open(&g, 0);
-	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &ctx);
-	if (r) {
-		fail("ring-full", "setup rc=%d", r);
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_LOW, &ctx, "ring-full");
+	if (r)
 		return;
-	}
 	volatile uint64_t *flag = (volatile uint64_t *)(g.map + 0x30000);
 	*flag = 0;
 	__u64 va_w, va_f;
@@ -938,12 +967,9 @@ static void test_debugfs(void)
 {
 	struct gpu g;
 	__u32 ctx;
-	int r = gpu_open(&g, 0);
-	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
-	if (r) {
-		fail("debugfs", "setup rc=%d", r);
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "debugfs");
+	if (r)
 		return;
-	}
 	__u64 va;
 	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 5);
 	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
@@ -1259,6 +1285,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "exec_test: --module is required\n");
 		return 2;
 	}
+	test_hang_disabled();
 	int r = reload(EXEC_PARAMS);
 	CHECK("reload-with-exec-params", r == 0, "rc=%d (%s)", r, strerror(-r));
 	if (r == 0) {
