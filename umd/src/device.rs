@@ -31,10 +31,25 @@ pub struct Device {
 impl Device {
     /// Opens device `index` on the backend chosen by `UMD_BACKEND`, checking the UAPI version.
     pub fn open(resolved: &crate::backend::select::Resolved, index: u32) -> UmdResult<Device> {
-        let backend = crate::backend::select::open(resolved, index)?;
+        // A loss found here is not on a device this process holds (no mark_lost): it is said
+        // once at ERROR, like every loss, so that a log read at 2 a.m. shows it even from a
+        // process that never had the device; the failed call's WARN follows.
+        let said_lost = |e: &UmdError| {
+            if e.code == umdResult::UMD_ERR_DEVICE_LOST {
+                tracing::error!(
+                    index,
+                    errno = e.os_errno,
+                    reason = e.kmd_reason,
+                    "device lost: device {index} cannot be opened: {}",
+                    e.message
+                );
+            }
+        };
+        let backend = crate::backend::select::open(resolved, index).inspect_err(said_lost)?;
         let info = backend
             .query()
-            .map_err(|e| kmd_error(Op::Other, e, &format!("query of {}", backend.location())))?;
+            .map_err(|e| kmd_error(Op::Other, e, &format!("query of {}", backend.location())))
+            .inspect_err(said_lost)?;
         if !uapi::compatible(info.uapi_major, info.uapi_minor) {
             return Err(UmdError::new(
                 umdResult::UMD_ERR_INIT_VERSION_MISMATCH,

@@ -138,6 +138,31 @@ fn device_lost_writes_the_black_box_and_names_it() {
         assert_eq!(r, umdResult::UMD_ERR_DEVICE_LOST);
         assert!(umd::error::detail::last().message_str().contains(&path));
         assert_eq!(stats().blackbox_dumps, 1);
+        // Opening the device again while this process still holds it: refused as lost, and the
+        // loss found at open is an ERROR record of its own (then the call's WARN).
+        let mut dev2 = 0u64;
+        assert_eq!(umdDeviceOpen(0, &mut dev2), umdResult::UMD_ERR_DEVICE_LOST);
+        flush();
+        let own = std::path::Path::new(&std::env::var("UMD_LOG_DIR").unwrap())
+            .join(format!("umd-{}.log", std::process::id()));
+        let log = lines(&own);
+        let at_open: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("device lost: device 0 cannot be opened"))
+            .collect();
+        assert_eq!(at_open.len(), 1, "{log:#?}");
+        assert!(at_open[0].contains(" ERROR "), "{}", at_open[0]);
+        let after = log
+            .iter()
+            .skip_while(|l| !l.contains("device lost: device 0 cannot be opened"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no record after the ERROR: {log:#?}"));
+        assert!(
+            after.contains(" WARN ")
+                && after.contains("code=UMD_ERR_DEVICE_LOST")
+                && after.contains("umdDeviceOpen"),
+            "{after}"
+        );
         return;
     }
     let dir = fresh_dir("lost");
