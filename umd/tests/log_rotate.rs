@@ -198,8 +198,9 @@ fn old_runs_are_pruned_across_processes() {
     let me = std::process::id();
     std::fs::write(dir.join(format!("umd-{me}.log")), b"").unwrap();
     std::fs::write(dir.join("unrelated.txt"), b"").unwrap();
-    // Keep 3 runs: this one and the two newest dead ones.
-    assert_eq!(prune_runs(&dir, 3, me), 6);
+    // Keep 3 runs: this one and the two newest dead ones. The older runs lose their logs, not
+    // their black boxes.
+    assert_eq!(prune_runs(&dir, 3, me), 4);
     let mut left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -209,10 +210,42 @@ fn old_runs_are_pruned_across_processes() {
     for pid in &dead[2..] {
         want.push(format!("umd-{pid}.log"));
         want.push(format!("umd-{pid}.1.log"));
+    }
+    for pid in &dead {
         want.push(format!("umd-blackbox-{pid}-20261129T095615.123456Z.log"));
     }
     want.sort();
     assert_eq!(left, want);
     assert_eq!(prune_runs(&dir, 0, me), 0, "0 keeps everything");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn black_boxes_of_exited_runs_are_capped_newest_kept() {
+    use umd::log::rotate::{prune_runs, BLACKBOXES_KEPT};
+    let dir = fresh_dir("boxes");
+    // A crash loop: 40 exited runs, each left only a black box.
+    let dead: Vec<u32> = (4_180_000..4_190_000)
+        // SAFETY: signal 0 only checks existence.
+        .filter(|&p| unsafe { libc::kill(p as i32, 0) } != 0)
+        .take(40)
+        .collect();
+    assert_eq!(dead.len(), 40);
+    let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let name = |pid: u32| format!("umd-blackbox-{pid}-20261129T095615.123456Z.log");
+    for (k, pid) in dead.iter().enumerate() {
+        let f = std::fs::File::create(dir.join(name(*pid))).unwrap();
+        f.set_modified(t0 + std::time::Duration::from_secs(k as u64))
+            .unwrap();
+    }
+    let me = std::process::id();
+    assert_eq!(prune_runs(&dir, 10, me), 40 - BLACKBOXES_KEPT);
+    for (k, pid) in dead.iter().enumerate() {
+        assert_eq!(
+            dir.join(name(*pid)).exists(),
+            k >= 40 - BLACKBOXES_KEPT,
+            "black box {k} of 40"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

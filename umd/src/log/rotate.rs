@@ -322,11 +322,17 @@ pub fn run_of(name: &str) -> Option<u32> {
     rest.strip_prefix("umd-")?.split('.').next()?.parse().ok()
 }
 
+/// Black boxes of exited runs kept in a directory, newest first (see [`prune_runs`]).
+pub const BLACKBOXES_KEPT: usize = 32;
+
 /// Directory-wide retention across processes: every process writes its own `umd-<pid>*` files,
-/// so without this a directory shared by many runs would grow without bound. Keeps the files of
-/// the `keep` most recent runs (by newest modification time; the calling process and processes
-/// still alive always count as kept) and deletes the files of older runs that have exited.
-/// Returns the number of files deleted. `keep == 0` disables it.
+/// so without this a directory shared by many runs would grow without bound. Keeps the log files
+/// of the `keep` most recent runs (by newest modification time; the calling process and
+/// processes still alive always count as kept) and deletes the log files of older runs that
+/// have exited. Black boxes are the evidence of a crash or a device loss, which a crash loop
+/// would otherwise delete after `keep` restarts: they are not pruned with their run, only beyond
+/// the newest [`BLACKBOXES_KEPT`] of exited runs. Returns the number of files deleted.
+/// `keep == 0` disables it.
 pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
     if keep == 0 {
         return 0;
@@ -334,16 +340,20 @@ pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
     let Ok(rd) = fs::read_dir(dir) else { return 0 };
     let mut runs: std::collections::HashMap<u32, (std::time::SystemTime, Vec<PathBuf>)> =
         std::collections::HashMap::new();
+    let mut boxes: Vec<(u32, std::time::SystemTime, PathBuf)> = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(run_of) else {
-            continue;
-        };
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = run_of(name) else { continue };
         let Ok(md) = e.metadata() else { continue };
         if !md.is_file() {
             continue;
         }
         let t = md.modified().unwrap_or(std::time::UNIX_EPOCH);
+        if name.starts_with("umd-blackbox-") {
+            boxes.push((pid, t, e.path()));
+            continue;
+        }
         let r = runs
             .entry(pid)
             .or_insert((std::time::UNIX_EPOCH, Vec::new()));
@@ -370,6 +380,13 @@ pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
             if fs::remove_file(&f).is_ok() {
                 deleted += 1;
             }
+        }
+    }
+    boxes.retain(|b| !alive(b.0));
+    boxes.sort_by_key(|b| std::cmp::Reverse(b.1));
+    for (_, _, f) in boxes.iter().skip(BLACKBOXES_KEPT) {
+        if fs::remove_file(f).is_ok() {
+            deleted += 1;
         }
     }
     deleted
