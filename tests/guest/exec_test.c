@@ -699,6 +699,23 @@ static void test_ring_full(void)
 	}
 	/* 1 + 3 * 256 descriptors fit in the 1024 of the ring; the fourth batch does not. */
 	CHECK("ring-full-eagain", again && jobs == 4, "EAGAIN seen %d after %d jobs", again, jobs);
+	/* A blocking submit sleeps for ring space; a signal (no SA_RESTART) ends it with EINTR +
+	 * INTERRUPTED and nothing queued: the context's last submitted seqno is unchanged. */
+	struct sigaction sa = { .sa_handler = on_alarm };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	alarms = 0;
+	pid_t sender = signal_me_in(50);
+	struct sub blocked = submit(&g, ctx, cbs, 256, NULL, 0, 0);
+	waitpid(sender, NULL, 0);
+	signal(SIGUSR1, SIG_DFL);
+	struct drm_aigpu_ctx_state st;
+	r = ctx_state(&g, ctx, &st);
+	CHECK("submit-interrupted-waiting-for-ring-space",
+	      blocked.rc == -EINTR && blocked.reason == AIGPU_REASON_INTERRUPTED && alarms == 1 && r == 0 &&
+		      st.submitted_seqno == last.seqno,
+	      "rc=%d reason=%u alarms=%d, submitted %llu (last %llu)", blocked.rc, blocked.reason, (int)alarms,
+	      (unsigned long long)st.submitted_seqno, (unsigned long long)last.seqno);
 	*flag = 1;
 	struct waited w = wait_for(&g, ctx, last.seqno, 20000);
 	CHECK("ring-drains", w.rc == 0 && w.completed == last.seqno, "rc=%d reason=%u completed=%llu", w.rc, w.reason,
