@@ -264,6 +264,15 @@ fn submit_validation_names_the_buffer_and_offset() {
     );
     expect_err(b.submit(c, &[], &[], 0), EINVAL, r::CMDBUF_COUNT);
     expect_err(b.submit(c, &[good], &[], 0x80), EINVAL, r::FLAGS_UNKNOWN);
+    // A command buffer's own flags must be zero too; the second buffer is named.
+    let flagged_cb = Cmdbuf { flags: 1, ..good };
+    let e = b.submit(c, &[good, flagged_cb], &[], 0).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason, e.bad_index),
+        (EINVAL, r::FLAGS_UNKNOWN, 1),
+        "{}",
+        e.describe()
+    );
     let unaligned = Cmdbuf {
         va: good.va + 2,
         ..good
