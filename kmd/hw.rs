@@ -11,8 +11,8 @@
 //! Execution: a kernel thread (`aigpu<N>-hw`) calls the model's `step()` (one packet or one
 //! descriptor action) in a loop while there is work, and sleeps when the device is idle until a
 //! doorbell (any `Q_DOORBELL` write) wakes it. The model mutex is held for one round of at most
-//! 64 steps or about 100 us of them, and never taken under a spinlock; the kernel is preemptible (PREEMPT_LAZY), so a long
-//! run of steps does not hog a CPU.
+//! 64 steps or about 100 us of them, and never taken under a spinlock; the kernel is preemptible
+//! (PREEMPT_LAZY), so a long run of steps does not hog a CPU.
 //!
 //! Interrupts: the model only has a level (`irq_line()`). The device thread moves newly raised
 //! causes from the model into a small interrupt register file (`IRQ_RAWSTAT`, `IRQ_MASK`,
@@ -557,11 +557,11 @@ const ROUND_STEPS: u64 = 64;
 /// needs the model lock waits at most about this long plus one step.
 const ROUND_NS: u64 = 100_000;
 
-/// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
 /// Uninterrupted device work after which the device thread gives up real-time priority (see
 /// `device_thread`).
 const LONG_RUN_NS: u64 = 2_000_000;
 
+/// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
 unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
     // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
     // happen before this function returns.

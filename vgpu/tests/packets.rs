@@ -177,6 +177,59 @@ fn fill_sizes_around_the_small_buffer() {
     }
 }
 
+#[test]
+fn packet_body_across_a_page_of_the_command_buffer() {
+    // The header and the first body word lie in one page, the rest in the next: the fetch reads
+    // what its page holds in one access and the rest in a second one.
+    let cva = CMD_VA + PAGE - 8;
+    let words = packet::encode_fill(DATA_VA, 8, 0xCAFE_F00D);
+    for mapped_second in [true, false] {
+        let mut h = setup();
+        h.map(SLOT, DATA_VA, PAGE, RW);
+        h.map(SLOT, CMD_VA, PAGE, R);
+        if mapped_second {
+            h.map(SLOT, CMD_VA + PAGE, PAGE, R);
+        }
+        h.write_words(SLOT, cva, &words[..2]);
+        if mapped_second {
+            h.write_words(SLOT, CMD_VA + PAGE, &words[2..]);
+        }
+        let size = (words.len() * 4) as u32;
+        h.push(Q, &exec_desc(SLOT as u32, cva, size, 0, 0, 0, JOB));
+        h.run();
+        if mapped_second {
+            assert_eq!(h.r32(regs::FAULT_STATUS), 0);
+            assert_eq!(
+                h.read_va(SLOT, DATA_VA, 12),
+                [0x0D, 0xF0, 0xFE, 0xCA, 0x0D, 0xF0, 0xFE, 0xCA, 0, 0, 0, 0]
+            );
+        } else {
+            let (status, addr, offset, job) = h.fault();
+            assert_eq!(
+                (
+                    regs::fault_kind(status),
+                    regs::fault_access(status),
+                    addr,
+                    offset,
+                    job
+                ),
+                (
+                    regs::FAULT_UNMAPPED,
+                    regs::ACCESS_FETCH,
+                    CMD_VA + PAGE,
+                    0,
+                    JOB
+                )
+            );
+            assert_eq!(
+                h.read_va(SLOT, DATA_VA, 4),
+                [0; 4],
+                "nothing of the packet ran"
+            );
+        }
+    }
+}
+
 /// Plain reference: C[i][j] = (acc ? C0[i][j] : 0) + sum A[i][l]*B[l][j], wrapping int32.
 fn gemm_ref(g: &GemmArgs, a: &[u8], b: &[u8], c0: &[i32]) -> Vec<i32> {
     let mut c = c0.to_vec();
