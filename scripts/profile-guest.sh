@@ -6,8 +6,8 @@
 #
 # Builds (or re-uses) the `prof` kernel (base + kmd/kconfig/prof.config: eventfd, which perf
 # record needs; a cold build takes 10-15 min on 2 cores), the module and the guest user space,
-# adds the host's perf binary and its shared libraries to the initramfs with
-# tests/guest/profile-init.sh as PID 1, boots, and writes the report to
+# adds the host's perf binary and its shared libraries to the initramfs, boots with
+# `aigpu.profile=<mode>` (the profile mode of tests/guest/init.sh), and writes the report to
 # out/guest/profile-<mode>.txt (also printed). Under TCG there is no PMU: samples are cpu-clock
 # (2 kHz), so read shares, not absolute times. Needs `perf` on the host (Debian: linux-perf).
 set -euo pipefail
@@ -27,7 +27,6 @@ OUT=$AIGPU_ROOT/out/guest
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
 (cd "$R" && zcat "$OUT/initramfs.cpio.gz" | cpio -id --quiet)
-cp "$AIGPU_ROOT/tests/guest/profile-init.sh" "$R/init"
 cp "$PERF" "$R/bin/perf"
 for lib in $(ldd "$PERF" | awk '$3 ~ /^\// {print $3}') /lib64/ld-linux-x86-64.so.2; do
   mkdir -p "$R$(dirname "$lib")"

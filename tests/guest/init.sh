@@ -49,6 +49,30 @@ if grep -q 'aigpu.bench=1' /proc/cmdline; then
   poweroff -f
 fi
 
+# Profile mode (scripts/profile-guest.sh, whose initramfs adds perf): one half of the submission
+# benchmark once to warm up, then again under `perf record -a` (cpu-clock sampling: TCG has no
+# PMU); perf's report by task and symbol, then by task and object, between `PROFILE: BEGIN` and
+# `PROFILE: END`.
+if grep -q 'aigpu.profile=' /proc/cmdline; then
+  MODE=$(sed -n 's/.*aigpu.profile=\([a-z]*\).*/\1/p' /proc/cmdline)
+  REPEATS=$(sed -n 's/.*aigpu.profile_repeats=\([0-9]*\).*/\1/p' /proc/cmdline)
+  # Kernel and module symbols for perf report.
+  echo 0 > /proc/sys/kernel/kptr_restrict
+  echo -1 > /proc/sys/kernel/perf_event_paranoid
+  insmod /lib/modules/aigpu.ko $UMD_PARAMS || echo "PROFILE: insmod failed"
+  cd /tmp
+  UMD_BACKEND=kmd /bin/umd-submit-bench --only "$MODE" --repeats 3
+  UMD_BACKEND=kmd /bin/perf record -q -a -F 2000 -o /tmp/perf.data -- \
+    /bin/umd-submit-bench --only "$MODE" --repeats "${REPEATS:-20}"
+  echo "PROFILE: BEGIN"
+  /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,sym 2>/dev/null |
+    grep -v '^$' | sed 's/ *$//' | head -100
+  /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,dso 2>/dev/null |
+    grep -v '^$' | grep '%'
+  echo "PROFILE: END"
+  poweroff -f
+fi
+
 # Tools mode (scripts/run-guest.sh with GUEST_MODE=tools): only the triage tools' checks.
 if grep -q 'aigpu.tools=1' /proc/cmdline; then
   trc=0
