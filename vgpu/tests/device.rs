@@ -278,7 +278,8 @@ fn priority_order() {
     h.setup_queue(1, 8, 1); // normal
     h.setup_queue(2, 8, 2); // high
     h.setup_queue(3, 8, 1); // normal
-                            // Three NOPs: fetch + 3 packets (the last completes) = 4 steps per job.
+                            // Three NOPs: fetch with the first packet, then 2 packets (the last
+                            // completes) = 3 steps per job.
     h.cmdbuf(SLOT, CMD_VA, &[packet::encode_nop()[0]; 3]);
     for q in [0, 1, 3, 2] {
         h.push(
@@ -286,8 +287,8 @@ fn priority_order() {
             &exec_desc(SLOT as u32, CMD_VA, 12, 0, 0, 0, q as u64 + 1),
         );
     }
-    let t = trace(&mut h, 16);
-    assert_eq!(t, vec![2, 2, 2, 2, 1, 3, 1, 3, 1, 3, 1, 3, 0, 0, 0, 0]);
+    let t = trace(&mut h, 12);
+    assert_eq!(t, vec![2, 2, 2, 1, 3, 1, 3, 1, 3, 0, 0, 0]);
     assert_eq!(h.dev.step(), Step::Idle);
 }
 
@@ -302,8 +303,8 @@ fn round_robin_among_equals() {
     for q in [3, 1, 0] {
         h.push(q, &exec_desc(SLOT as u32, CMD_VA, 8, 0, 0, 0, 7));
     }
-    let t = trace(&mut h, 9);
-    assert_eq!(t, vec![0, 1, 3, 0, 1, 3, 0, 1, 3]);
+    let t = trace(&mut h, 6);
+    assert_eq!(t, vec![0, 1, 3, 0, 1, 3]);
     assert_eq!(h.dev.step(), Step::Idle);
 }
 

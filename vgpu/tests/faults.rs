@@ -642,8 +642,7 @@ fn injected_bus_error_on_packet_fetch_is_one_shot() {
     h.map(SLOT, DATA_VA, PAGE, RW);
     let words = cat(&[&packet::encode_nop(), &packet::encode_fill(DATA_VA, 4, 9)]);
     h.submit_words(Q, SLOT, CMD_VA, &words, 0, 0, 0, JOB);
-    assert_eq!(h.dev.step(), Step::Progress); // descriptor
-    assert_eq!(h.dev.step(), Step::Progress); // NOP
+    assert_eq!(h.dev.step(), Step::Progress); // descriptor and its first packet, the NOP
     h.dev.inject_bus_error();
     assert_eq!(h.dev.step(), Step::Progress); // FILL: its fetch walk fails
     assert_eq!(

@@ -364,9 +364,10 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
     }
 
     /// Lets the device run: executes at most one packet, or one descriptor boundary action
-    /// (fetch, completion, a satisfied wait), on one queue. Queues are considered highest
-    /// priority first, round robin among equal priorities; a waiting queue re-checks its memory
-    /// and, if still unmet, lets the next queue run.
+    /// (fetch, completion, a satisfied wait), on one queue; the fetch of an EXEC descriptor also
+    /// executes its first packet. Queues are considered highest priority first, round robin among
+    /// equal priorities; a waiting queue re-checks its memory and, if still unmet, lets the next
+    /// queue run.
     pub fn step(&mut self) -> Step {
         if self.st.lost {
             return Step::Idle;
@@ -513,13 +514,16 @@ impl State {
             return false;
         };
         let Some(active) = queue.active else {
-            self.fetch_descriptor(q, bus);
+            // An EXEC descriptor runs its first packet in the step that fetches it: a one-packet
+            // command buffer is one step, not two (the step is the unit of the device thread's
+            // work under emulation, and most of its cost is per step).
+            if self.fetch_descriptor(q, bus) {
+                self.run_packet(q, bus, clock, tlb);
+            }
             return true;
         };
         let offset = queue.cur_offset;
         let desc = active.desc;
-        let packet_fault =
-            |st: &mut Self, f: Fault| st.fault(q, f, desc.job_id, desc.as_slot, offset);
         match active.wait {
             Wait::Desc => match desc_wait_met(bus, &desc) {
                 Ok(true) => self.complete(q, bus),
@@ -539,48 +543,62 @@ impl State {
                         self.set_wait(q, Wait::None);
                         self.advance(q, bytes, bus);
                     }
-                    Err(f) => packet_fault(self, f),
+                    Err(f) => self.fault(q, f, desc.job_id, desc.as_slot, offset),
                 }
             }
-            Wait::None => {
-                let space = Space {
-                    mem: bus,
-                    slot: desc.as_slot,
-                    pt_base: active.pt_base,
-                    tlb,
-                };
-                let hang_enabled = self.debug_ctrl & regs::DEBUG_CTRL_HANG != 0;
-                let fetched =
-                    match exec::fetch(&space, desc.cmd_va, desc.cmd_size, offset, hang_enabled) {
-                        Ok(f) => f,
-                        Err(f) => {
-                            packet_fault(self, f);
-                            return true;
-                        }
-                    };
-                match exec::execute(&space, clock, &fetched.packet) {
-                    Ok(Outcome::Done) => self.advance(q, fetched.bytes, bus),
-                    Ok(Outcome::FenceIrq) => {
-                        self.raise(regs::IRQ_FENCE);
-                        self.advance(q, fetched.bytes, bus);
-                    }
-                    Ok(Outcome::Waiting) => self.set_wait(
-                        q,
-                        Wait::Mem {
-                            packet: fetched.packet,
-                            bytes: fetched.bytes,
-                        },
-                    ),
-                    Ok(Outcome::Hang) => {
-                        if let Some(queue) = self.queues.get_mut(q) {
-                            queue.hung = true;
-                        }
-                    }
-                    Err(f) => packet_fault(self, f),
-                }
-            }
+            Wait::None => self.run_packet(q, bus, clock, tlb),
         }
         true
+    }
+
+    /// Fetches and executes the packet at queue `q`'s current offset in its active EXEC
+    /// descriptor.
+    fn run_packet<M: PhysMem + ?Sized, C: Clock + ?Sized>(
+        &mut self,
+        q: usize,
+        bus: &Bus<'_, M>,
+        clock: &C,
+        tlb: &DevTlb,
+    ) {
+        let Some((active, offset)) = self
+            .queues
+            .get(q)
+            .and_then(|queue| queue.active.map(|a| (a, queue.cur_offset)))
+        else {
+            return;
+        };
+        let desc = &active.desc;
+        let space = Space {
+            mem: bus,
+            slot: desc.as_slot,
+            pt_base: active.pt_base,
+            tlb,
+        };
+        let hang_enabled = self.debug_ctrl & regs::DEBUG_CTRL_HANG != 0;
+        let fetched = match exec::fetch(&space, desc.cmd_va, desc.cmd_size, offset, hang_enabled) {
+            Ok(f) => f,
+            Err(f) => return self.fault(q, f, desc.job_id, desc.as_slot, offset),
+        };
+        match exec::execute(&space, clock, &fetched.packet) {
+            Ok(Outcome::Done) => self.advance(q, fetched.bytes, bus),
+            Ok(Outcome::FenceIrq) => {
+                self.raise(regs::IRQ_FENCE);
+                self.advance(q, fetched.bytes, bus);
+            }
+            Ok(Outcome::Waiting) => self.set_wait(
+                q,
+                Wait::Mem {
+                    packet: fetched.packet,
+                    bytes: fetched.bytes,
+                },
+            ),
+            Ok(Outcome::Hang) => {
+                if let Some(queue) = self.queues.get_mut(q) {
+                    queue.hung = true;
+                }
+            }
+            Err(f) => self.fault(q, f, desc.job_id, desc.as_slot, offset),
+        }
     }
 
     fn set_wait(&mut self, q: usize, wait: Wait) {
@@ -636,10 +654,10 @@ impl State {
 
     /// Fetches and checks the descriptor at queue `q`'s head, and performs what can be done at
     /// once: a NOP completes, a WAIT completes or starts waiting, an EXEC becomes active (an
-    /// empty one completes).
-    fn fetch_descriptor<M: PhysMem + ?Sized>(&mut self, q: usize, bus: &Bus<'_, M>) {
+    /// empty one completes). True when an EXEC with packets became active.
+    fn fetch_descriptor<M: PhysMem + ?Sized>(&mut self, q: usize, bus: &Bus<'_, M>) -> bool {
         let Some(queue) = self.queues.get(q).copied() else {
-            return;
+            return false;
         };
         let fetch = regs::ACCESS_FETCH;
         let size = queue.ring_size;
@@ -657,12 +675,12 @@ impl State {
             // aligned) or more descriptors queued than the ring holds.
             let f = Fault::new(regs::FAULT_BAD_DESCRIPTOR, fetch, queue.ring_base);
             self.fault(q, f, 0, 0, 0);
-            return;
+            return false;
         };
         let mut bytes = [0u8; ring::DESC_SIZE];
         if bus.read(pa, &mut bytes).is_err() {
             self.fault(q, Fault::new(regs::FAULT_BUS_ERROR, fetch, pa), 0, 0, 0);
-            return;
+            return false;
         }
         let d = Desc::from_bytes(&bytes);
         let bad = Fault::new(regs::FAULT_BAD_DESCRIPTOR, fetch, pa);
@@ -687,7 +705,7 @@ impl State {
             };
         if !valid {
             st_fault_desc(self, q, bad, &d, 0);
-            return;
+            return false;
         }
         let wait = if d.kind == ring::DESC_WAIT {
             Wait::Desc
@@ -709,9 +727,10 @@ impl State {
                 Ok(false) => {}
                 Err(f) => st_fault_desc(self, q, f, &d, 0),
             },
-            ring::DESC_EXEC if d.cmd_size > 0 => {}
+            ring::DESC_EXEC if d.cmd_size > 0 => return true,
             _ => self.complete(q, bus),
         }
+        false
     }
 }
 
