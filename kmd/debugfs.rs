@@ -251,7 +251,7 @@ fn status(gpu: &Gpu, out: &mut Text) {
     let contexts = st.contexts.values().filter(|c| !c.zombie).count();
     tprint!(
         out,
-        "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} steps={}\n",
+        "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} steps={} busy_us={}\n",
         gpu.name.to_str().unwrap_or("aigpu"),
         if st.lost { "lost" } else { "ok" },
         version::UAPI_MAJOR,
@@ -271,7 +271,8 @@ fn status(gpu: &Gpu, out: &mut Text) {
         u32::from(gpu.cfg.hang_debug),
         dumps,
         c.irqs,
-        gpu.hw.steps.load(kernel::sync::atomic::Relaxed)
+        gpu.hw.steps.load(kernel::sync::atomic::Relaxed),
+        gpu.hw.busy_ns.load(kernel::sync::atomic::Relaxed) / 1000
     );
 }
 

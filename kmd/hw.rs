@@ -171,6 +171,9 @@ pub(crate) struct Hw {
     thread: Atomic<usize>,
     /// Steps executed (for debugfs).
     pub(crate) steps: Atomic<u64>,
+    /// Nanoseconds the device thread spent in rounds that made progress (debugfs `busy_us`: what
+    /// a command buffer costs the stand-in for silicon, measured where it runs).
+    pub(crate) busy_ns: Atomic<u64>,
     /// The memory the device sees.
     bus: Arc<Bus>,
 }
@@ -215,6 +218,7 @@ impl Hw {
             kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
             thread: Atomic::new(0),
             steps: Atomic::new(0),
+            busy_ns: Atomic::new(0),
             bus,
         })
     }
@@ -485,19 +489,25 @@ impl Hw {
         let mut n = 0u64;
         while n < ROUND_STEPS {
             step = d.step();
-            if step != Step::Progress || d.irq_line() {
+            if step != Step::Progress {
                 break;
             }
             n += 1;
+            if d.irq_line() {
+                break;
+            }
             // The clock is read every 8 steps only: small steps are cheaper than a clock read
             // under emulation; a round of big GEMM steps stops after its first 8.
             if n % 8 == 0 && mono_ns().saturating_sub(start) > ROUND_NS {
                 break;
             }
         }
-        self.steps.fetch_add(n, Relaxed);
         self.refresh(&mut d);
         self.latch(&mut d);
+        if n > 0 {
+            self.steps.fetch_add(n, Relaxed);
+            self.busy_ns.fetch_add(mono_ns().saturating_sub(start), Relaxed);
+        }
         step
     }
 
@@ -551,7 +561,7 @@ impl Hw {
 
 /// Most steps per round of the device thread: each round costs a model-lock cycle, the doorbell
 /// and register mirror updates and the interrupt latch, so small steps (a one-packet command
-/// buffer is two) are run in batches.
+/// buffer is one) are run in batches.
 const ROUND_STEPS: u64 = 64;
 /// A round ends after this much work (checked every 8 steps), so a driver register access that
 /// needs the model lock waits at most about this long plus one step.

@@ -394,6 +394,13 @@ static unsigned last_crash(char **text)
 }
 
 /* Every fragment (NULL-terminated list) is in `text`; else the first missing one. */
+/* The unsigned number after `key` in `text` (-1 when absent). */
+static long long field_of(const char *text, const char *key)
+{
+	const char *at = text ? strstr(text, key) : NULL;
+	return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
+
 static const char *missing(const char *text, const char *const *frags)
 {
 	for (; *frags; frags++)
@@ -989,9 +996,17 @@ static void test_debugfs(void)
 		return;
 	__u64 va;
 	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 5);
+	char *st0 = dfs("status");
 	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
 	wait_for(&g, ctx, s.seqno, 10000);
 	char *st = dfs("status"), *q = dfs("queues"), *c = dfs("clients"), *v = dfs("vm");
+	/* A one-packet command buffer is one device step (its descriptor fetch runs the packet), and
+	 * the step that raises the job's interrupt counts too. */
+	long long steps0 = field_of(st0, " steps="), steps1 = field_of(st, " steps=");
+	long long busy0 = field_of(st0, " busy_us="), busy1 = field_of(st, " busy_us=");
+	CHECK("debugfs-steps-and-busy", steps0 >= 0 && steps1 == steps0 + 1 && busy0 >= 0 && busy1 >= busy0,
+	      "steps %lld -> %lld, busy_us %lld -> %lld", steps0, steps1, busy0, busy1);
+	free(st0);
 	char want_timeout[64];
 	snprintf(want_timeout, sizeof(want_timeout), " job_timeout_ms=%u hang_debug=1", TIMEOUT_MS);
 	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.0 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",

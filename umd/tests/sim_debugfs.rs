@@ -23,6 +23,8 @@ fn status_queues_clients_contexts() {
     );
     assert_eq!(kv(&status, "clients"), "1");
     assert_eq!(kv(&status, "jobs"), "0");
+    assert_eq!(kv(&status, "steps"), "0");
+    assert_eq!(kv(&status, "busy_us"), "0");
 
     let ctx = f.ctx_create(uapi::ioctl::PRIORITY_HIGH).expect("ctx");
     let h = f.gem_create(8192).expect("gem");
@@ -50,6 +52,10 @@ fn status_queues_clients_contexts() {
         ),
         ("1".into(), "1".into(), "8192".into())
     );
+    // A one-packet command buffer is one device step: its descriptor fetch runs the packet (the
+    // step that raises the job's interrupt counts too).
+    assert_eq!(kv(&status, "steps"), "1");
+    assert!(kv(&status, "busy_us").parse::<u64>().is_ok(), "{status}");
     let queues = g.debugfs_queues();
     let q0 = queues.lines().next().expect("queue 0");
     assert_eq!(queues.lines().count(), 4);

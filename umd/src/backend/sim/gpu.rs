@@ -8,7 +8,7 @@ use super::config::SimConfig;
 use super::physmem::{PhysRegion, SharedMem};
 use crate::backend::{KmdError, KmdResult};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use uapi::ioctl::{RESET_GUILTY, RESET_INNOCENT, RESET_NONE};
@@ -161,6 +161,10 @@ pub struct Gpu {
     stop: AtomicBool,
     fence_page: u64,
     job_timeout: Duration,
+    /// Device steps that made progress (debugfs `steps`).
+    steps: AtomicU64,
+    /// Nanoseconds the device thread spent making them (debugfs `busy_us`).
+    busy_ns: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -231,6 +235,8 @@ impl Gpu {
             kick: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
             fence_page,
+            steps: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
         });
         {
             let st = lock(&gpu.state);
@@ -869,12 +875,23 @@ fn device_thread(gpu: std::sync::Weak<Gpu>) {
         let (step, status) = {
             let mut d = lock(&g.dev);
             let mut step = Step::Idle;
+            let start = Instant::now();
+            let mut n = 0u64;
             // A few packets per lock hold keeps register access responsive for submitters.
-            for _ in 0..16 {
+            while n < 16 {
                 step = d.step();
-                if !matches!(step, Step::Progress) || d.irq_line() {
+                if !matches!(step, Step::Progress) {
                     break;
                 }
+                n += 1;
+                if d.irq_line() {
+                    break;
+                }
+            }
+            if n > 0 {
+                g.steps.fetch_add(n, Ordering::Relaxed);
+                let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                g.busy_ns.fetch_add(ns, Ordering::Relaxed);
             }
             let status = if d.irq_line() {
                 let s = d.mmio_read32(regs::IRQ_STATUS);
@@ -919,7 +936,7 @@ impl Gpu {
         let st = self.state();
         let c = st.counters;
         format!(
-            "device=sim{} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={}\n",
+            "device=sim{} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} steps={} busy_us={}\n",
             self.index,
             if st.lost { "lost" } else { "ok" },
             uapi::UAPI_MAJOR,
@@ -936,7 +953,9 @@ impl Gpu {
             c.hangs,
             c.resets,
             self.cfg.job_timeout_ms,
-            self.cfg.hang_debug as u32
+            self.cfg.hang_debug as u32,
+            self.steps.load(Ordering::Relaxed),
+            self.busy_ns.load(Ordering::Relaxed) / 1000
         )
     }
 
