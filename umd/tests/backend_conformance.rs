@@ -287,6 +287,38 @@ fn submit_validation_names_the_buffer_and_offset() {
         EINVAL,
         r::CMDBUF_NOT_MAPPED,
     );
+    // Validation reuses the mapping of the previous buffer of a batch: a second buffer that
+    // starts in it (its last word, a NOP) and runs past its end is refused, and so is one in a
+    // mapping without read access; each is named.
+    let nop = uapi::packet::encode_nop()[0];
+    let (_h3, last_word) = cmdbuf(&*b, VA + 0x330_0000, &vec![nop; (PAGE / 4) as usize]);
+    let off_the_end = Cmdbuf {
+        va: last_word.va + PAGE - 4,
+        size: 8,
+        flags: 0,
+    };
+    let e = b.submit(c, &[last_word, off_the_end], &[], 0).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason, e.bad_index),
+        (EINVAL, r::CMDBUF_NOT_MAPPED, 1),
+        "{}",
+        e.describe()
+    );
+    let wo = b.gem_create(PAGE).expect("write-only object");
+    b.vm_bind(wo, VA + 0x340_0000, 0, PAGE, W)
+        .expect("bind write-only");
+    let in_wo = Cmdbuf {
+        va: VA + 0x340_0000,
+        size: 4,
+        flags: 0,
+    };
+    let e = b.submit(c, &[good, in_wo], &[], 0).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason, e.bad_index),
+        (EINVAL, r::CMDBUF_NOT_MAPPED, 1),
+        "{}",
+        e.describe()
+    );
     expect_err(b.submit(c + 1000, &[good], &[], 0), EINVAL, r::CTX_INVALID);
     let never = uapi::ioctl::Fence {
         ctx_id: c,

@@ -127,6 +127,11 @@ impl SimFile {
     fn validate(&self, cmdbufs: &[Cmdbuf]) -> KmdResult<()> {
         let vm = lock(&self.vm);
         let hang = self.gpu.cfg.hang_debug;
+        // One scratch buffer and the last mapping used, for the whole batch: the command
+        // buffers of a submit usually sit in one buffer object, and allocating or searching
+        // the mapping tree per buffer was most of a batched submit's cost.
+        let mut words = Vec::new();
+        let mut last = None;
         for (i, cb) in cmdbufs.iter().enumerate() {
             let bad = |reason, off: u64| KmdError {
                 errno: libc::EINVAL,
@@ -144,11 +149,15 @@ impl SimFile {
             {
                 return Err(bad(r::CMDBUF_BAD, 0));
             }
-            if !vm.covers(cb.va, cb.size as u64, uapi::ioctl::VM_ACCESS_READ) {
-                return Err(bad(r::CMDBUF_NOT_MAPPED, 0));
-            }
-            let words = read_words(&vm, &self.gpu, cb.va, cb.size as usize)
-                .ok_or(bad(r::CMDBUF_NOT_MAPPED, 0))?;
+            read_words(
+                &vm,
+                &self.gpu,
+                cb.va,
+                cb.size as usize,
+                &mut words,
+                &mut last,
+            )
+            .ok_or(bad(r::CMDBUF_NOT_MAPPED, 0))?;
             let mut at = 0;
             while at < words.len() {
                 let off = at as u64 * 4;
@@ -168,25 +177,57 @@ impl SimFile {
     }
 }
 
-/// Reads a command buffer's words through the VM (the CPU view the KMD validates).
-fn read_words(vm: &Vm, gpu: &Gpu, va: u64, size: usize) -> Option<Vec<u32>> {
-    let mut bytes = vec![0u8; size];
+/// A mapping as the validation needs it: `[start, end)` at physical `pa` (of `start`).
+#[derive(Clone, Copy)]
+struct Span {
+    start: u64,
+    end: u64,
+    pa: u64,
+}
+
+/// Reads a command buffer's words through the VM (the CPU view the KMD validates) into `out`;
+/// `None` if any part is not mapped readable. `last` caches the mapping of the previous read.
+fn read_words(
+    vm: &Vm,
+    gpu: &Gpu,
+    va: u64,
+    size: usize,
+    out: &mut Vec<u32>,
+    last: &mut Option<Span>,
+) -> Option<()> {
+    out.clear();
+    let mut buf = [0u8; 256];
     let mut done = 0usize;
     while done < size {
         let cur = va + done as u64;
-        let (start, m) = vm.lookup(cur)?;
-        let in_map = (start + m.size - cur) as usize;
-        let n = in_map.min(size - done);
-        let pa = m.bo.pa + m.bo_offset + (cur - start);
-        vgpu::model::PhysMem::read(&*gpu.mem, pa, &mut bytes[done..done + n]).ok()?;
+        let span = match *last {
+            Some(s) if s.start <= cur && cur < s.end => s,
+            _ => {
+                let (start, m) = vm.lookup(cur)?;
+                if m.access & uapi::ioctl::VM_ACCESS_READ == 0 {
+                    return None;
+                }
+                let s = Span {
+                    start,
+                    end: start + m.size,
+                    pa: m.bo.pa + m.bo_offset,
+                };
+                *last = Some(s);
+                s
+            }
+        };
+        let n = ((span.end - cur) as usize).min(size - done).min(buf.len());
+        let pa = span.pa + (cur - span.start);
+        vgpu::model::PhysMem::read(&*gpu.mem, pa, &mut buf[..n]).ok()?;
+        // `n` is a multiple of 4: va, size, mappings and `buf` are 4-byte multiples.
+        out.extend(
+            buf[..n]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
         done += n;
     }
-    Some(
-        bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    )
+    Some(())
 }
 
 impl Backend for SimFile {
