@@ -31,6 +31,11 @@ run_sim() {
 }
 
 run_guest() {
+  # Two guests share this host's CPUs, and then neither one's numbers mean anything: a second
+  # benchmark guest waits for the first; any other QEMU guest (a test run) is reported.
+  mkdir -p "$HOME/.cache/aigpu"
+  exec 9>"$HOME/.cache/aigpu/bench-guest.lock"
+  flock 9
   "$ROOT/scripts/setup-toolchain.sh" >/dev/null
   local kdir ko
   kdir=$("$ROOT/scripts/build-kernel.sh" "$flavor")
@@ -38,6 +43,11 @@ run_guest() {
   "$ROOT/scripts/build-guest-umd.sh" >/dev/null
   "$ROOT/scripts/build-initramfs.sh" "$kdir" "$ko" >/dev/null
   echo "== aigpu.ko in the QEMU guest ($flavor kernel, TCG, host load $(cut -d' ' -f1-3 /proc/loadavg))"
+  local others
+  others=$(pgrep -c -f '^qemu-system-x86_64 ' || true)
+  if [ "${others:-0}" -gt 0 ]; then
+    echo "WARNING: $others other QEMU guest(s) running on this host: these numbers are not comparable"
+  fi
   GUEST_MODE=bench "$ROOT/scripts/run-guest.sh" "$kdir" "$flavor"
 }
 
