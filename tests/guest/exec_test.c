@@ -1036,6 +1036,39 @@ static void test_debugfs(void)
 }
 
 /*
+ * The device's fence slots (512) bound its contexts across files: with every slot taken by 8 files
+ * of AIGPU_MAX_CONTEXTS contexts each, a ninth file's CTX_CREATE fails with EBUSY + CTX_LIMIT, and
+ * closing one of the 8 gives its slots back. Runs after the hang, fault and injection tests, so a
+ * slot leaked by their recoveries shows up as fewer than 512 contexts.
+ */
+static void test_fence_slots_bound_contexts(void)
+{
+	enum { FILES = 512 / AIGPU_MAX_CONTEXTS };
+	int fds[FILES + 1], made = 0, r = 0;
+
+	for (int f = 0; f <= FILES; f++)
+		fds[f] = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+	for (int f = 0; f < FILES && !r; f++)
+		for (unsigned c = 0; c < AIGPU_MAX_CONTEXTS && !r; c++) {
+			struct drm_aigpu_ctx_create cc = { .priority = AIGPU_PRIORITY_NORMAL };
+			r = rawioctl(fds[f], DRM_IOCTL_AIGPU_CTX_CREATE, &cc);
+			made += !r;
+		}
+	struct drm_aigpu_ctx_create over = { .priority = AIGPU_PRIORITY_NORMAL };
+	int ro = rawioctl(fds[FILES], DRM_IOCTL_AIGPU_CTX_CREATE, &over);
+	CHECK("ctx-create-fence-slots-exhausted", made == 512 && ro == -EBUSY && over.reason == AIGPU_REASON_CTX_LIMIT,
+	      "made %d contexts (rc %d), then rc %d reason %u", made, r, ro, over.reason);
+	close(fds[0]);
+	fds[0] = -1;
+	struct drm_aigpu_ctx_create again = { .priority = AIGPU_PRIORITY_NORMAL };
+	int ra = rawioctl(fds[FILES], DRM_IOCTL_AIGPU_CTX_CREATE, &again);
+	CHECK("ctx-create-after-a-file-closed", ra == 0, "rc %d reason %u", ra, again.reason);
+	for (int f = 0; f <= FILES; f++)
+		if (fds[f] >= 0)
+			close(fds[f]);
+}
+
+/*
  * Processes killed in the middle of submits and waits: one blocked in WAIT on a stalled job, one
  * blocked in SUBMIT on a full ring. Nothing leaks (memory returns to 0, no client left), nothing
  * warns (the guest verdict checks the log), and the device keeps working.
@@ -1330,6 +1363,7 @@ int main(int argc, char **argv)
 		test_hang();
 		test_injections();
 		test_debugfs();
+		test_fence_slots_bound_contexts();
 		test_killed();
 		test_unload_debugfs_open();
 		test_device_lost();

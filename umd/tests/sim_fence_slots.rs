@@ -1,0 +1,44 @@
+//! The simulated device's fence slots (512) bound its contexts across files, as aigpu.ko's do
+//! (exec_test `ctx-create-fence-slots-exhausted`): with every slot taken, CTX_CREATE fails with
+//! EBUSY + CTX_LIMIT on any file, and closing a file gives its contexts' slots back. A test
+//! binary of its own: it takes all of device 0.
+
+use uapi::ioctl::{MAX_CONTEXTS, PRIORITY_NORMAL};
+use uapi::reason as r;
+use umd::backend::sim::SimFile;
+use umd::backend::Backend;
+
+#[test]
+fn fence_slots_bound_contexts_across_files_and_come_back_on_close() {
+    let per_file = MAX_CONTEXTS as usize;
+    let mut files = Vec::new();
+    for _ in 0..512 / per_file {
+        let f = SimFile::open(0).expect("open");
+        for _ in 0..per_file {
+            f.ctx_create(PRIORITY_NORMAL)
+                .expect("a context while slots are left");
+        }
+        files.push(f);
+    }
+    let extra = SimFile::open(0).expect("a ninth file");
+    let e = extra.ctx_create(PRIORITY_NORMAL).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason),
+        (libc::EBUSY, r::CTX_LIMIT),
+        "{}",
+        e.describe()
+    );
+    drop(files.pop());
+    for _ in 0..per_file {
+        extra
+            .ctx_create(PRIORITY_NORMAL)
+            .expect("a slot the closed file gave back");
+    }
+    let e = extra.ctx_create(PRIORITY_NORMAL).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason),
+        (libc::EBUSY, r::CTX_LIMIT),
+        "{}",
+        e.describe()
+    );
+}
