@@ -275,7 +275,7 @@ struct drm_aigpu_ctx_state {
 #define AIGPU_REASON_ACCESS_INVALID 13u /* access flags are empty or have unknown bits */
 #define AIGPU_REASON_CTX_INVALID 14u /* context id does not name a live context of this file */
 #define AIGPU_REASON_CTX_BANNED 15u /* context is banned after a fault or hang */
-#define AIGPU_REASON_CTX_LIMIT 16u /* too many contexts on this file */
+#define AIGPU_REASON_CTX_LIMIT 16u /* too many contexts (64 on this file, or every one of the device's) */
 #define AIGPU_REASON_PRIORITY_INVALID 17u /* priority is not low, normal or high */
 #define AIGPU_REASON_CMDBUF_COUNT 18u /* number of command buffers is zero or above the limit */
 #define AIGPU_REASON_CMDBUF_BAD 19u /* command buffer VA or size misaligned, zero or too large */

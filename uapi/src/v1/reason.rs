@@ -47,8 +47,9 @@ reasons! {
     CTX_INVALID = 14, "context id does not name a live context of this file";
     /// The context was banned after a fault or hang; it accepts no more work.
     CTX_BANNED = 15, "context is banned after a fault or hang";
-    /// The file has reached its context limit.
-    CTX_LIMIT = 16, "too many contexts on this file";
+    /// The file has reached its context limit (`MAX_CONTEXTS`), or the device has no context
+    /// left to give (every one of its fence slots is taken, by any files).
+    CTX_LIMIT = 16, "too many contexts (64 on this file, or every one of the device's)";
     /// The priority value is not defined.
     PRIORITY_INVALID = 17, "priority is not low, normal or high";
     /// Zero command buffers, or more than the per-submit limit.
