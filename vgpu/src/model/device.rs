@@ -513,7 +513,7 @@ impl State {
         let Some(queue) = self.queues.get(q) else {
             return false;
         };
-        let Some(active) = queue.active else {
+        let Some(active) = queue.active.as_ref() else {
             // An EXEC descriptor runs its first packet in the step that fetches it: a one-packet
             // command buffer is one step, not two (the step is the unit of the device thread's
             // work under emulation, and most of its cost is per step).
@@ -522,6 +522,12 @@ impl State {
             }
             return true;
         };
+        if let Wait::None = active.wait {
+            // The common case, before anything is copied out of the queue.
+            self.run_packet(q, bus, clock, tlb);
+            return true;
+        }
+        let active = *active;
         let offset = queue.cur_offset;
         let desc = active.desc;
         match active.wait {
@@ -546,7 +552,7 @@ impl State {
                     Err(f) => self.fault(q, f, desc.job_id, desc.as_slot, offset),
                 }
             }
-            Wait::None => self.run_packet(q, bus, clock, tlb),
+            Wait::None => {}
         }
         true
     }

@@ -127,9 +127,10 @@ impl SimFile {
     fn validate(&self, cmdbufs: &[Cmdbuf]) -> KmdResult<()> {
         let vm = lock(&self.vm);
         let hang = self.gpu.cfg.hang_debug;
-        // One scratch buffer and the last mapping used, for the whole batch: the command
-        // buffers of a submit usually sit in one buffer object, and allocating or searching
-        // the mapping tree per buffer was most of a batched submit's cost.
+        // Scratch buffers and the last mapping used, for the whole batch: the command buffers of
+        // a submit usually sit in one buffer object, and allocating or searching the mapping
+        // tree per buffer was most of a batched submit's cost.
+        let mut bytes = Vec::new();
         let mut words = Vec::new();
         let mut last = None;
         for (i, cb) in cmdbufs.iter().enumerate() {
@@ -154,7 +155,7 @@ impl SimFile {
                 &self.gpu,
                 cb.va,
                 cb.size as usize,
-                &mut words,
+                (&mut bytes, &mut words),
                 &mut last,
             )
             .ok_or(bad(r::CMDBUF_NOT_MAPPED, 0))?;
@@ -185,18 +186,20 @@ struct Span {
     pa: u64,
 }
 
-/// Reads a command buffer's words through the VM (the CPU view the KMD validates) into `out`;
-/// `None` if any part is not mapped readable. `last` caches the mapping of the previous read.
+/// Reads a command buffer's words through the VM (the CPU view the KMD validates) into `out.1`,
+/// through the byte scratch `out.0` (one memory read per mapping the buffer spans); `None` if
+/// any part is not mapped readable. `last` caches the mapping of the previous read.
 fn read_words(
     vm: &Vm,
     gpu: &Gpu,
     va: u64,
     size: usize,
-    out: &mut Vec<u32>,
+    out: (&mut Vec<u8>, &mut Vec<u32>),
     last: &mut Option<Span>,
 ) -> Option<()> {
-    out.clear();
-    let mut buf = [0u8; 256];
+    let (buf, words) = out;
+    buf.clear();
+    buf.resize(size, 0);
     let mut done = 0usize;
     while done < size {
         let cur = va + done as u64;
@@ -216,17 +219,17 @@ fn read_words(
                 s
             }
         };
-        let n = ((span.end - cur) as usize).min(size - done).min(buf.len());
+        let n = ((span.end - cur) as usize).min(size - done);
         let pa = span.pa + (cur - span.start);
-        vgpu::model::PhysMem::read(&*gpu.mem, pa, &mut buf[..n]).ok()?;
-        // `n` is a multiple of 4: va, size, mappings and `buf` are 4-byte multiples.
-        out.extend(
-            buf[..n]
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
+        vgpu::model::PhysMem::read(&*gpu.mem, pa, &mut buf[done..done + n]).ok()?;
         done += n;
     }
+    // `size` is a multiple of 4 (checked by the caller).
+    words.clear();
+    words.extend(
+        buf.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
     Some(())
 }
 
