@@ -23,6 +23,28 @@ fn open() -> Box<dyn Backend> {
 }
 
 #[track_caller]
+fn expect_err_at<T: std::fmt::Debug>(
+    got: Result<T, KmdError>,
+    errno: i32,
+    reason: u32,
+    bad_index: u32,
+) {
+    match got {
+        Err(e) => assert_eq!(
+            (e.errno, e.reason, e.bad_index),
+            (errno, reason, bad_index),
+            "got {}, want errno {errno} reason {} naming index {bad_index}",
+            e.describe(),
+            r::name(reason)
+        ),
+        Ok(v) => panic!(
+            "succeeded with {v:?}, want errno {errno} reason {} naming index {bad_index}",
+            r::name(reason)
+        ),
+    }
+}
+
+#[track_caller]
 fn expect_err<T: std::fmt::Debug>(got: Result<T, KmdError>, errno: i32, reason: u32) {
     match got {
         Err(e) => assert_eq!(
@@ -266,12 +288,11 @@ fn submit_validation_names_the_buffer_and_offset() {
     expect_err(b.submit(c, &[good], &[], 0x80), EINVAL, r::FLAGS_UNKNOWN);
     // A command buffer's own flags must be zero too; the second buffer is named.
     let flagged_cb = Cmdbuf { flags: 1, ..good };
-    let e = b.submit(c, &[good, flagged_cb], &[], 0).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason, e.bad_index),
-        (EINVAL, r::FLAGS_UNKNOWN, 1),
-        "{}",
-        e.describe()
+    expect_err_at(
+        b.submit(c, &[good, flagged_cb], &[], 0),
+        EINVAL,
+        r::FLAGS_UNKNOWN,
+        1,
     );
     let unaligned = Cmdbuf {
         va: good.va + 2,
@@ -297,12 +318,11 @@ fn submit_validation_names_the_buffer_and_offset() {
         size: 8,
         flags: 0,
     };
-    let e = b.submit(c, &[last_word, off_the_end], &[], 0).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason, e.bad_index),
-        (EINVAL, r::CMDBUF_NOT_MAPPED, 1),
-        "{}",
-        e.describe()
+    expect_err_at(
+        b.submit(c, &[last_word, off_the_end], &[], 0),
+        EINVAL,
+        r::CMDBUF_NOT_MAPPED,
+        1,
     );
     let wo = b.gem_create(PAGE).expect("write-only object");
     b.vm_bind(wo, VA + 0x340_0000, 0, PAGE, W)
@@ -312,12 +332,11 @@ fn submit_validation_names_the_buffer_and_offset() {
         size: 4,
         flags: 0,
     };
-    let e = b.submit(c, &[good, in_wo], &[], 0).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason, e.bad_index),
-        (EINVAL, r::CMDBUF_NOT_MAPPED, 1),
-        "{}",
-        e.describe()
+    expect_err_at(
+        b.submit(c, &[good, in_wo], &[], 0),
+        EINVAL,
+        r::CMDBUF_NOT_MAPPED,
+        1,
     );
     expect_err(b.submit(c + 1000, &[good], &[], 0), EINVAL, r::CTX_INVALID);
     let never = uapi::ioctl::Fence {
@@ -337,12 +356,11 @@ fn submit_validation_names_the_buffer_and_offset() {
         seqno: 0,
     };
     let flagged = uapi::ioctl::Fence { flags: 1, ..done };
-    let e = b.submit(c, &[good], &[done, flagged], 0).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason, e.bad_index),
-        (EINVAL, r::FLAGS_UNKNOWN, 1),
-        "{}",
-        e.describe()
+    expect_err_at(
+        b.submit(c, &[good], &[done, flagged], 0),
+        EINVAL,
+        r::FLAGS_UNKNOWN,
+        1,
     );
     // A good buffer, then one larger than any command buffer may be: the second is named (the
     // kernel must not size anything after it before checking it).
@@ -350,13 +368,7 @@ fn submit_validation_names_the_buffer_and_offset() {
         size: 0xffff_fffc,
         ..good
     };
-    let e = b.submit(c, &[good, huge], &[], 0).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason, e.bad_index),
-        (EINVAL, r::CMDBUF_BAD, 1),
-        "{}",
-        e.describe()
-    );
+    expect_err_at(b.submit(c, &[good, huge], &[], 0), EINVAL, r::CMDBUF_BAD, 1);
     let seq = b.submit(c, &[good, good], &[], 0).expect("submit");
     assert_eq!(seq, 1);
     let deadline = umd::error::detail::mono_ns() + 10_000_000_000;

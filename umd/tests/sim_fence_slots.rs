@@ -8,6 +8,17 @@ use uapi::reason as r;
 use umd::backend::sim::SimFile;
 use umd::backend::Backend;
 
+#[track_caller]
+fn expect_ctx_limit(f: &SimFile) {
+    let e = f.ctx_create(PRIORITY_NORMAL).unwrap_err();
+    assert_eq!(
+        (e.errno, e.reason),
+        (libc::EBUSY, r::CTX_LIMIT),
+        "{}",
+        e.describe()
+    );
+}
+
 #[test]
 fn fence_slots_bound_contexts_across_files_and_come_back_on_close() {
     let per_file = MAX_CONTEXTS as usize;
@@ -21,24 +32,14 @@ fn fence_slots_bound_contexts_across_files_and_come_back_on_close() {
         files.push(f);
     }
     let extra = SimFile::open(0).expect("a ninth file");
-    let e = extra.ctx_create(PRIORITY_NORMAL).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason),
-        (libc::EBUSY, r::CTX_LIMIT),
-        "{}",
-        e.describe()
-    );
+    // Every slot of the device is taken.
+    expect_ctx_limit(&extra);
     drop(files.pop());
     for _ in 0..per_file {
         extra
             .ctx_create(PRIORITY_NORMAL)
             .expect("a slot the closed file gave back");
     }
-    let e = extra.ctx_create(PRIORITY_NORMAL).unwrap_err();
-    assert_eq!(
-        (e.errno, e.reason),
-        (libc::EBUSY, r::CTX_LIMIT),
-        "{}",
-        e.describe()
-    );
+    // Now the file's own limit.
+    expect_ctx_limit(&extra);
 }
