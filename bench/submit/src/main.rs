@@ -137,9 +137,19 @@ fn deadline() -> u64 {
     umd::error::detail::mono_ns() + 30_000_000_000
 }
 
-/// 1,000 jobs, one FILL each: `per_ioctl` command buffers per submit. Returns (ioctls,
-/// seconds, the submit calls' durations in ns).
-fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> (usize, f64, Vec<f64>) {
+/// One run of the 1,000 jobs.
+struct JobsRun {
+    ioctls: usize,
+    secs: f64,
+    /// Each submit call's duration (ns).
+    calls: Vec<f64>,
+    /// The final wait's duration (ns): the work the device still had when the last submit
+    /// returned, plus the interrupt and wake-up path.
+    wait_ns: f64,
+}
+
+/// 1,000 jobs, one FILL each: `per_ioctl` command buffers per submit, then one wait.
+fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> JobsRun {
     let batch = vec![cb; per_ioctl];
     let mut calls = Vec::with_capacity(JOBS);
     let t = Instant::now();
@@ -154,9 +164,16 @@ fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> (usize, f64,
         ioctls += 1;
         left -= n;
     }
+    let w = Instant::now();
     b.wait(ctx, last, deadline()).expect("wait");
+    let wait_ns = w.elapsed().as_nanos() as f64;
     ioctls += 1;
-    (ioctls, t.elapsed().as_secs_f64(), calls)
+    JobsRun {
+        ioctls,
+        secs: t.elapsed().as_secs_f64(),
+        calls,
+        wait_ns,
+    }
 }
 
 /// The device's work counters from aigpu.ko's debugfs `status` (root, kernel backend only):
@@ -260,12 +277,12 @@ fn main() {
                 std::process::exit(2);
             }
         };
-        let rates: Vec<f64> = (0..repeats)
-            .map(|_| JOBS as f64 / jobs(b, ctx, cb, per_ioctl).1)
-            .collect();
+        let runs: Vec<JobsRun> = (0..repeats).map(|_| jobs(b, ctx, cb, per_ioctl)).collect();
         println!(
-            "{JOBS} small jobs, {per_ioctl} per ioctl: {:.0} jobs/s (median of {repeats})",
-            median(rates)
+            "{JOBS} small jobs, {per_ioctl} per ioctl: {:.0} jobs/s (median of {repeats}; submit call median {:.1} us, final wait median {:.1} us)",
+            median(runs.iter().map(|r| JOBS as f64 / r.secs).collect()),
+            median(runs.iter().flat_map(|r| r.calls.iter().copied()).collect()) / 1e3,
+            median(runs.iter().map(|r| r.wait_ns).collect()) / 1e3
         );
         return;
     }
@@ -310,6 +327,10 @@ fn main() {
     let (mut n_single, mut n_batched) = (0, 0);
     let mut single_calls = Vec::new();
     let mut batched_calls = Vec::new();
+    let (mut single_waits, mut batched_waits) = (Vec::new(), Vec::new());
+    // Time in submit calls per job (ns), per repeat: what batching saves the submitting thread,
+    // whatever the device costs.
+    let (mut single_cpu, mut batched_cpu) = (Vec::new(), Vec::new());
     // Device time per job, per mode: (steps, busy us) summed over the repeats.
     let mut dev_single = (0u64, 0u64);
     let mut dev_batched = (0u64, 0u64);
@@ -322,32 +343,38 @@ fn main() {
     };
     for _ in 0..repeats {
         let d0 = device_busy(&location);
-        let (n, s, c) = jobs(b, ctx, cb, 1);
+        let one = jobs(b, ctx, cb, 1);
         busy_delta(d0, &mut dev_single);
-        n_single = n;
-        single.push(JOBS as f64 / s);
-        single_calls.extend(c);
+        n_single = one.ioctls;
+        single.push(JOBS as f64 / one.secs);
+        single_cpu.push(one.calls.iter().sum::<f64>() / JOBS as f64);
+        single_calls.extend(one.calls);
+        single_waits.push(one.wait_ns);
         let d0 = device_busy(&location);
-        let (n, t, c) = jobs(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize);
+        let many = jobs(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize);
         busy_delta(d0, &mut dev_batched);
-        n_batched = n;
-        batched.push(JOBS as f64 / t);
-        batched_calls.extend(c);
+        n_batched = many.ioctls;
+        batched.push(JOBS as f64 / many.secs);
+        batched_cpu.push(many.calls.iter().sum::<f64>() / JOBS as f64);
+        batched_calls.extend(many.calls);
+        batched_waits.push(many.wait_ns);
         // The two halves of one repeat ran back to back: their ratio is what drifts least
         // between repeats on a noisy machine.
-        pair_ratios.push(s / t);
+        pair_ratios.push(one.secs / many.secs);
     }
     let (js, jb) = (median(single), median(batched));
     println!("{JOBS} small jobs (one 4-byte FILL each), median of {repeats}:");
     println!(
-        "  one job per submit ioctl:  {n_single:>5} ioctls, {js:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us)",
+        "  one job per submit ioctl:  {n_single:>5} ioctls, {js:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us; final wait {:.1} us)",
         median(single_calls.clone()) / 1e3,
-        pct(single_calls, 0.99) / 1e3
+        pct(single_calls, 0.99) / 1e3,
+        median(single_waits) / 1e3
     );
     println!(
-        "  batched, 256 per ioctl:    {n_batched:>5} ioctls, {jb:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us)",
+        "  batched, 256 per ioctl:    {n_batched:>5} ioctls, {jb:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us; final wait {:.1} us)",
         median(batched_calls.clone()) / 1e3,
-        pct(batched_calls, 0.99) / 1e3
+        pct(batched_calls, 0.99) / 1e3,
+        median(batched_waits) / 1e3
     );
     println!(
         "  ratios: {:.1}x fewer ioctls (target >= 20x), {:.1}x the throughput (target >= 5x; ratio of the medians)",
@@ -361,6 +388,13 @@ fn main() {
         median(pair_ratios),
         sorted.first().copied().unwrap_or(0.0),
         sorted.last().copied().unwrap_or(0.0)
+    );
+    let (cpu1, cpub) = (median(single_cpu), median(batched_cpu));
+    println!(
+        "  submit calls per job: one per ioctl {:.2} us, batched {:.2} us ({:.1}x less; median of the repeats)",
+        cpu1 / 1e3,
+        cpub / 1e3,
+        cpu1 / cpub.max(1.0)
     );
     let per_job = |d: (u64, u64)| d.1 as f64 / (repeats * JOBS) as f64;
     if dev_single.0 > 0 && dev_batched.0 > 0 {
