@@ -484,31 +484,19 @@ impl Hw {
     fn run_once(&self) -> Step {
         let mut d = self.model.lock();
         self.apply_doorbells(&mut d);
-        let mut step = Step::Idle;
         let start = mono_ns();
-        let mut n = 0u64;
-        while n < ROUND_STEPS {
-            step = d.step();
-            if step != Step::Progress {
-                break;
-            }
-            n += 1;
-            if d.irq_line() {
-                break;
-            }
-            // The clock is read every 8 steps only: small steps are cheaper than a clock read
-            // under emulation; a round of big GEMM steps stops after its first 8.
-            if n % 8 == 0 && mono_ns().saturating_sub(start) > ROUND_NS {
-                break;
-            }
-        }
+        // The clock is read every 8 steps only: small steps are cheaper than a clock read under
+        // emulation; a round of big GEMM steps stops after its first 8.
+        let round = d.run_round(ROUND_STEPS, |n| {
+            n % 8 == 0 && mono_ns().saturating_sub(start) > ROUND_NS
+        });
         self.refresh(&mut d);
         self.latch(&mut d);
-        if n > 0 {
-            self.steps.fetch_add(n, Relaxed);
+        if round.steps > 0 {
+            self.steps.fetch_add(round.steps, Relaxed);
             self.busy_ns.fetch_add(mono_ns().saturating_sub(start), Relaxed);
         }
-        step
+        round.last
     }
 
     /// Starts the device thread (named `aigpu<index>-hw`).

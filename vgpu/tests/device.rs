@@ -609,3 +609,40 @@ fn translations_outlive_jobs_until_invalidated() {
     );
     assert_eq!(word(&h, pages[4]), 0x10);
 }
+
+/// A device thread's round (`Device::run_round`, what both hosts run): it ends on the interrupt
+/// line with the step that raised it counted, after `max_steps`, or when `stop_early` (asked
+/// with the count so far) says so; with nothing left it reports `Idle` and no steps.
+#[test]
+fn run_round_counts_steps_and_ends_on_the_interrupt_line() {
+    let mut h = H::new();
+    h.w32(regs::IRQ_MASK, regs::IRQ_ALL);
+    h.enable_slot(SLOT);
+    h.setup_queue(0, 16, 1);
+    h.cmdbuf(SLOT, CMD_VA, &packet::encode_nop());
+    for job in 1..=5u64 {
+        let flags = if job == 3 { ring::DESC_FLAG_IRQ } else { 0 };
+        h.push(0, &exec_desc(SLOT as u32, CMD_VA, 4, flags, 0, 0, job));
+    }
+    let r = h.dev.run_round(64, |_| false);
+    assert_eq!((r.steps, r.last), (3, Step::Progress));
+    assert!(h.dev.irq_line());
+    assert_eq!(h.qr(0, regs::Q_HEAD), 3);
+    h.w32(regs::IRQ_ACK, regs::IRQ_ALL);
+
+    let r = h.dev.run_round(1, |_| false);
+    assert_eq!((r.steps, r.last), (1, Step::Progress));
+
+    let mut asked = Vec::new();
+    let r = h.dev.run_round(64, |n| {
+        asked.push(n);
+        true
+    });
+    assert_eq!((r.steps, r.last), (1, Step::Progress));
+    assert_eq!(asked, [1]);
+    assert_eq!(h.qr(0, regs::Q_HEAD), 5);
+
+    let r = h.dev.run_round(64, |_| panic!("asked without progress"));
+    assert_eq!((r.steps, r.last), (0, Step::Idle));
+    assert!(!h.dev.irq_line());
+}

@@ -53,6 +53,16 @@ pub enum Step {
     Stalled,
 }
 
+/// What one call of [`Device::run_round`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Round {
+    /// Steps that made progress, including the one that raised the interrupt line.
+    pub steps: u64,
+    /// What the last step did ([`Step::Progress`] when the round ended on a limit or on the
+    /// interrupt line with work possibly left).
+    pub last: Step,
+}
+
 /// One address-space slot.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
@@ -361,6 +371,30 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
         if let Some(hi_offset) = offset.checked_add(4) {
             self.mmio_write32(hi_offset, (value >> 32) as u32);
         }
+    }
+
+    /// One round of a device thread: [`Device::step`] until a step makes no progress, the
+    /// interrupt line is raised (the host must deliver it before running on), `max_steps`
+    /// steps ran, or `stop_early(steps so far)` returns true (asked after every step that made
+    /// progress; a host uses it for a time budget). Both hosts (the simulator and aigpu.ko) run
+    /// their device threads with this, so what a round and its step count mean cannot differ
+    /// between them (their debugfs `steps` and `busy_us` are per round).
+    pub fn run_round(&mut self, max_steps: u64, mut stop_early: impl FnMut(u64) -> bool) -> Round {
+        let mut round = Round {
+            steps: 0,
+            last: Step::Idle,
+        };
+        while round.steps < max_steps {
+            round.last = self.step();
+            if round.last != Step::Progress {
+                break;
+            }
+            round.steps += 1;
+            if self.irq_line() || stop_early(round.steps) {
+                break;
+            }
+        }
+        round
     }
 
     /// Lets the device run: executes at most one packet, or one descriptor boundary action

@@ -874,22 +874,12 @@ fn device_thread(gpu: std::sync::Weak<Gpu>) {
         // Top half: step, then read and acknowledge the interrupt status under the device lock.
         let (step, status) = {
             let mut d = lock(&g.dev);
-            let mut step = Step::Idle;
             let start = Instant::now();
-            let mut n = 0u64;
             // A few packets per lock hold keeps register access responsive for submitters.
-            while n < 16 {
-                step = d.step();
-                if !matches!(step, Step::Progress) {
-                    break;
-                }
-                n += 1;
-                if d.irq_line() {
-                    break;
-                }
-            }
-            if n > 0 {
-                g.steps.fetch_add(n, Ordering::Relaxed);
+            let round = d.run_round(16, |_| false);
+            let step = round.last;
+            if round.steps > 0 {
+                g.steps.fetch_add(round.steps, Ordering::Relaxed);
                 let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 g.busy_ns.fetch_add(ns, Ordering::Relaxed);
             }
