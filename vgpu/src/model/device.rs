@@ -226,7 +226,7 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
         if st.lost {
             return regs::LOST_READ_VALUE;
         }
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return 0;
         }
         match offset {
@@ -301,7 +301,7 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
     /// value when its high word is written (with the low word written before).
     pub fn mmio_write32(&mut self, offset: usize, value: u32) {
         let st = &mut self.st;
-        if st.lost || offset % 4 != 0 {
+        if st.lost || !offset.is_multiple_of(4) {
             return;
         }
         match offset {
@@ -724,19 +724,21 @@ impl State {
         }
         let d = Desc::from_bytes(&bytes);
         let bad = Fault::new(regs::FAULT_BAD_DESCRIPTOR, fetch, pa);
-        let fence_ok = d.flags & ring::DESC_FLAG_FENCE == 0 || d.fence_pa % 8 == 0;
+        let fence_ok = d.flags & ring::DESC_FLAG_FENCE == 0 || d.fence_pa.is_multiple_of(8);
         let mut pt_base = 0;
         let valid = d.reserved == [0, 0]
             && d.flags & !DESC_FLAGS_ALL == 0
             && match d.kind {
                 ring::DESC_NOP => fence_ok,
-                ring::DESC_WAIT => d.flags & ring::DESC_FLAG_FENCE == 0 && d.fence_pa % 8 == 0,
+                ring::DESC_WAIT => {
+                    d.flags & ring::DESC_FLAG_FENCE == 0 && d.fence_pa.is_multiple_of(8)
+                }
                 ring::DESC_EXEC => match self.slots.get(d.as_slot as usize) {
                     Some(slot) if slot.config & regs::AS_ENABLED != 0 => {
                         pt_base = slot.pt_base;
                         fence_ok
-                            && d.cmd_va % 4 == 0
-                            && d.cmd_size % 4 == 0
+                            && d.cmd_va.is_multiple_of(4)
+                            && d.cmd_size.is_multiple_of(4)
                             && d.cmd_size <= ring::MAX_CMD_SIZE
                     }
                     _ => false,

@@ -151,8 +151,8 @@ pub fn fetch<M: PhysMem + ?Sized>(
         // Longer than any fixed-size packet: only NOP may be, so this is a bad length.
         return Err(malformed);
     };
-    for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)).take(used) {
-        *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    for (w, b) in words.iter_mut().zip(bytes.as_chunks::<4>().0).take(used) {
+        *w = u32::from_le_bytes(*b);
     }
     let packet = match packet::decode(words.get(..used).unwrap_or_default(), hang_enabled) {
         Ok(Packet::Nop { .. }) => Packet::Nop { words: n },
@@ -303,8 +303,13 @@ fn fill_with<M: PhysMem + ?Sized, const N: usize>(
     let mut buf = [0u8; N];
     let used = core::cmp::min(N as u64, size) as usize;
     let word = pattern.to_le_bytes();
-    for w in buf.get_mut(..used).unwrap_or_default().chunks_exact_mut(4) {
-        w.copy_from_slice(&word);
+    for w in buf
+        .get_mut(..used)
+        .unwrap_or_default()
+        .as_chunks_mut::<4>()
+        .0
+    {
+        *w = word;
     }
     let mut tlb = Tlb::new();
     let mut done = 0u64;
@@ -357,8 +362,8 @@ fn gemm<M: PhysMem + ?Sized>(space: &Space<'_, M>, g: &Gemm) -> Result<(), Fault
             let c_va = c_row.wrapping_add(j0 as u64 * 4);
             if g.accumulate {
                 space.read(&mut tc, c_va, c_tile, read)?;
-                for (v, b) in acc.iter_mut().zip(c_tile.chunks_exact(4)) {
-                    *v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                for (v, b) in acc.iter_mut().zip(c_tile.as_chunks::<4>().0) {
+                    *v = i32::from_le_bytes(*b);
                 }
             } else {
                 acc.fill(0);
@@ -383,8 +388,8 @@ fn gemm<M: PhysMem + ?Sized>(space: &Space<'_, M>, g: &Gemm) -> Result<(), Fault
                 }
                 l0 += ks;
             }
-            for (b, v) in c_tile.chunks_exact_mut(4).zip(acc.iter()) {
-                b.copy_from_slice(&v.to_le_bytes());
+            for (b, v) in c_tile.as_chunks_mut::<4>().0.iter_mut().zip(acc.iter()) {
+                *b = v.to_le_bytes();
             }
             space.write(&mut tc, c_va, c_tile)?;
             j0 += cols;
@@ -422,8 +427,8 @@ fn eltwise<M: PhysMem + ?Sized>(
         if op == packet::ELT_ADD || op == packet::ELT_MUL {
             space.read(&mut tb, b.wrapping_add(off), b_in, read)?;
         }
-        let le = |w: &[u8]| i32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        let pairs = a_in.chunks_exact(4).zip(b_in.chunks_exact(4));
+        let le = |w: &[u8; 4]| i32::from_le_bytes(*w);
+        let pairs = a_in.as_chunks::<4>().0.iter().zip(b_in.as_chunks::<4>().0);
         if op == packet::ELT_REQUANT {
             let out = d_bytes.get_mut(..n).unwrap_or_default();
             for (o, (x, _)) in out.iter_mut().zip(pairs) {
@@ -432,14 +437,14 @@ fn eltwise<M: PhysMem + ?Sized>(
             space.write(&mut td, dst.wrapping_add(done), out)?;
         } else {
             let out = d_bytes.get_mut(..n * 4).unwrap_or_default();
-            for (o, (x, y)) in out.chunks_exact_mut(4).zip(pairs) {
+            for (o, (x, y)) in out.as_chunks_mut::<4>().0.iter_mut().zip(pairs) {
                 let (x, y) = (le(x), le(y));
                 let r = match op {
                     packet::ELT_ADD => x.wrapping_add(y),
                     packet::ELT_MUL => x.wrapping_mul(y),
                     _ => core::cmp::max(x, 0),
                 };
-                o.copy_from_slice(&r.to_le_bytes());
+                *o = r.to_le_bytes();
             }
             space.write(&mut td, dst.wrapping_add(off), out)?;
         }

@@ -4,10 +4,9 @@
 //! ([`Device::mmio_read32`] / [`Device::mmio_write32`] and the 64-bit variants), its interrupt
 //! line ([`Device::irq_line`]) and the memory both sides share ([`PhysMem`]). Whoever hosts the
 //! device (the simulator backend, or the kernel module) calls [`Device::step`] (or
-//! [`Device::run_round`](device::Device::run_round), a device thread's batch of steps) to let it run:
-//! each call executes at most one packet (or one descriptor boundary action) on one queue; the
-//! fetch of an EXEC descriptor also runs its first packet, so a one-packet command buffer is one
-//! call.
+//! [`Device::run_round`], a device thread's batch of steps) to let it run: each step executes at
+//! most one packet (or one descriptor boundary action) on one queue; the fetch of an EXEC
+//! descriptor also runs its first packet, so a one-packet command buffer is one step.
 //!
 //! This tree is shared verbatim with the kernel module, which includes it by path next to
 //! `mod uapi;` at its crate root. Hence: no crate-level attributes, nothing from `std` or
