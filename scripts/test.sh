@@ -3,7 +3,8 @@
 #   1. tool set-up (idempotent: apt packages, kernel source, bindgen, cbindgen)
 #   2. formatting and lints (cargo fmt --check, clippy -D warnings)
 #   3. the workspace tests: uapi layouts (Rust and C), the device model, libumd on the simulator
-#      (Rust tests, the C ABI test program, header and symbol checks)
+#      (Rust tests, the C ABI test program, header and symbol checks); run-guest.sh's verdict on
+#      prepared serial logs (tests/scripts/run_guest_verdict.sh)
 #   4. the kernel module: debug kernel (cached), aigpu.ko, initramfs, QEMU guest running the
 #      in-guest suite (scripts/test-kmd.sh)
 # Set AIGPU_SKIP_KMD=1 to skip step 4 on a machine without the kernel toolchain.
@@ -31,6 +32,9 @@ if grep -qE 'test result: FAILED|^error' target/test-workspace.log || ! grep -q 
 fi
 passed=$(grep -oE 'test result: ok\. [0-9]+ passed' target/test-workspace.log | awk '{s+=$4} END {print s+0}')
 step "workspace: $passed tests passed"
+
+step "scripts: run-guest.sh's verdict on prepared serial logs (QEMU stubbed)"
+bash tests/scripts/run_guest_verdict.sh
 
 if [ "${AIGPU_SKIP_KMD:-0}" = 1 ]; then
   step "kernel module tests SKIPPED (AIGPU_SKIP_KMD=1)"
