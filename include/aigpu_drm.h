@@ -24,8 +24,9 @@ extern "C" {
 
 /* UAPI major: changes only when a meaning changes. */
 #define AIGPU_UAPI_MAJOR 1u
-/* UAPI minor: grows when fields or ioctls are added. */
-#define AIGPU_UAPI_MINOR 0u
+/* UAPI minor: grows when fields, ioctls or reason codes are added (1.1: AS_SLOTS_BUSY,
+ * DEVICE_CTX_LIMIT). */
+#define AIGPU_UAPI_MINOR 1u
 /* The oldest kernel minor a user space of this version can drive (same major). */
 #define AIGPU_MIN_KERNEL_MINOR 0u
 
@@ -175,7 +176,8 @@ struct drm_aigpu_fence {
 	uint64_t seqno;
 };
 
-/* drm_aigpu_submit.flags: fail with EAGAIN (reason RING_FULL) instead of blocking. */
+/* drm_aigpu_submit.flags: fail with EAGAIN instead of blocking (reason RING_FULL, or
+ * AS_SLOTS_BUSY when every address-space slot is held by other files' work; UAPI 1.1). */
 #define AIGPU_SUBMIT_FLAG_NO_BLOCK (1u << 0)
 /* Limits. */
 #define AIGPU_MAX_CMDBUFS 256u
@@ -275,7 +277,7 @@ struct drm_aigpu_ctx_state {
 #define AIGPU_REASON_ACCESS_INVALID 13u /* access flags are empty or have unknown bits */
 #define AIGPU_REASON_CTX_INVALID 14u /* context id does not name a live context of this file */
 #define AIGPU_REASON_CTX_BANNED 15u /* context is banned after a fault or hang */
-#define AIGPU_REASON_CTX_LIMIT 16u /* too many contexts (64 on this file, or every one of the device's) */
+#define AIGPU_REASON_CTX_LIMIT 16u /* too many contexts on this file (64) */
 #define AIGPU_REASON_PRIORITY_INVALID 17u /* priority is not low, normal or high */
 #define AIGPU_REASON_CMDBUF_COUNT 18u /* number of command buffers is zero or above the limit */
 #define AIGPU_REASON_CMDBUF_BAD 19u /* command buffer VA or size misaligned, zero or too large */
@@ -292,6 +294,8 @@ struct drm_aigpu_ctx_state {
 #define AIGPU_REASON_TIMEOUT 30u /* timed out; the work is still running */
 #define AIGPU_REASON_INTERRUPTED 31u /* interrupted by a signal */
 #define AIGPU_REASON_OBJECT_LIMIT 32u /* too many objects or mappings on this file */
+#define AIGPU_REASON_AS_SLOTS_BUSY 33u /* every address-space slot is held by other files' work */
+#define AIGPU_REASON_DEVICE_CTX_LIMIT 34u /* the device has no context left (all 512 taken, by any files) */
 
 #ifdef __cplusplus
 }

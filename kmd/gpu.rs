@@ -822,7 +822,7 @@ impl Gpu {
             return Err(fail(EBUSY, r::CTX_LIMIT));
         }
         let Some(fence_slot) = st.free_fence_slots.pop() else {
-            return Err(fail(EBUSY, r::CTX_LIMIT));
+            return Err(fail(EBUSY, r::DEVICE_CTX_LIMIT));
         };
         let mut load = [0usize; regs::NUM_QUEUES];
         for c in st.contexts.values() {
@@ -964,8 +964,9 @@ impl Gpu {
 
     /// Queues a validated job: `WAIT` descriptors for unsignalled in-fences, then one `EXEC`
     /// per command buffer, the last one writing the context's fence and raising `JOB_DONE`.
-    /// Blocks while the ring is full (or fails with `EAGAIN` + `RING_FULL` under
-    /// `SUBMIT_FLAG_NO_BLOCK`). Returns the job's seqno. `bad_index` names the offending in-fence.
+    /// Blocks while the ring is full or every address-space slot is held by other files' work
+    /// (or fails with `EAGAIN` + `RING_FULL` / `AS_SLOTS_BUSY` under `SUBMIT_FLAG_NO_BLOCK`).
+    /// Returns the job's seqno. `bad_index` names the offending in-fence.
     pub(crate) fn queue_job(
         self: &Arc<Self>,
         client: u64,
@@ -1049,7 +1050,10 @@ impl Gpu {
                 break (slot, job_id, seqno, injected != 0);
             }
             if flags & u::SUBMIT_FLAG_NO_BLOCK != 0 {
-                return Err(fail(EAGAIN, r::RING_FULL));
+                // Say which of the two waits this would have been: for ring space, or (the ring
+                // has room) for an address-space slot other files' work holds.
+                let why = if ring_ok { r::AS_SLOTS_BUSY } else { r::RING_FULL };
+                return Err(fail(EAGAIN, why));
             }
             let j = kernel::time::msecs_to_jiffies(50);
             if let CondVarTimeoutResult::Signal { .. } = self.changed.wait_interruptible_timeout(&mut st, j) {

@@ -10,7 +10,8 @@
  * parameters. Cases: submit + wait and the data written, batched submit of many command buffers in
  * one ioctl, cross-queue dependency (a high-priority job after a low-priority one's fence), wait
  * outcomes (timeout, interrupted by a signal then restarted, context lost, device lost),
- * back-pressure (EAGAIN with NO_BLOCK on a full ring), a page fault in one process while another
+ * back-pressure (EAGAIN with NO_BLOCK on a full ring, or with every address-space slot held by
+ * other files' work), a page fault in one process while another
  * process's work completes, a HANG with recovery and innocent resubmission, injected hang / page
  * fault / memory error, a process killed in the middle of submits and waits, module unload refused
  * while a debugfs file is open, and finally an injected failed reset: device lost seen by every
@@ -673,6 +674,68 @@ static void test_wait_outcomes(void)
 	gpu_close(&g);
 }
 
+/*
+ * NO_BLOCK while every address-space slot is held by other files' unfinished work (15 files, one
+ * stalled WAIT_MEM job each: 16 slots, one the kernel's): EAGAIN + AS_SLOTS_BUSY, not RING_FULL
+ * (this file's ring is empty). Once their work completes the same submit goes through. Every file
+ * is opened and its command buffer written first, so the stalled jobs are submitted back to back:
+ * with exec_test's 1 s job timeout a stall that outlived it would be reset as a hang (and free its
+ * slot), which a slow guest's 15 opens alone can take.
+ */
+static void test_as_slots_busy(void)
+{
+	enum { HOLDERS = 15 };
+	static struct gpu hold[HOLDERS];
+	__u32 hctx[HOLDERS];
+	__u64 hva[HOLDERS];
+	uint32_t hsize[HOLDERS];
+	struct sub hs[HOLDERS];
+	int opened = 0, held = 0;
+	for (; opened < HOLDERS; opened++) {
+		if (open_with_ctx(&hold[opened], AIGPU_PRIORITY_NORMAL, &hctx[opened], "as-slots-busy"))
+			break;
+		*(volatile uint64_t *)(hold[opened].map + 0x30000) = 0;
+		uint32_t *p = cmd_alloc(&hold[opened], 8, &hva[opened]), *e = pkt_wait_mem(p, VA + 0x30000, 1);
+		hsize[opened] = (uint32_t)((e - p) * 4);
+	}
+	struct gpu g;
+	__u32 ctx;
+	if (opened == HOLDERS && !open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "as-slots-busy")) {
+		__u64 va;
+		uint32_t *f = cmd_alloc(&g, 8, &va), *fe = pkt_fill(f, VA + 0x31000, 64, 7);
+		struct drm_aigpu_cmdbuf cb = { .va = va, .size = (__u32)((fe - f) * 4) };
+		for (; held < HOLDERS; held++) {
+			struct drm_aigpu_cmdbuf h = { .va = hva[held], .size = hsize[held] };
+			hs[held] = submit(&hold[held], hctx[held], &h, 1, NULL, 0, 0);
+			if (hs[held].rc)
+				break;
+		}
+		struct sub t = submit(&g, ctx, &cb, 1, NULL, 0, AIGPU_SUBMIT_FLAG_NO_BLOCK);
+		for (int i = 0; i < held; i++)
+			*(volatile uint64_t *)(hold[i].map + 0x30000) = 1;
+		CHECK("as-slots-busy-eagain",
+		      held == HOLDERS && t.rc == -EAGAIN && t.reason == AIGPU_REASON_AS_SLOTS_BUSY,
+		      "%d of %d holders submitted (last rc=%d), then rc=%d reason=%u (%s)", held, HOLDERS,
+		      held < HOLDERS ? hs[held].rc : 0, t.rc, t.reason,
+		      t.reason == AIGPU_REASON_RING_FULL ? "RING_FULL" : "-");
+		int done = 0;
+		for (int i = 0; i < held; i++)
+			done += wait_for(&hold[i], hctx[i], hs[i].seqno, 20000).rc == 0;
+		if (t.rc == -EAGAIN)
+			t = submit(&g, ctx, &cb, 1, NULL, 0, AIGPU_SUBMIT_FLAG_NO_BLOCK);
+		struct waited w = t.rc == 0 ? wait_for(&g, ctx, t.seqno, 20000) : (struct waited){ .rc = t.rc };
+		CHECK("as-slots-free-again", done == HOLDERS && t.rc == 0 && w.rc == 0 && g.map[0x31000] == 7,
+		      "holders done %d (a hang reset of theirs would show in dmesg), submit rc=%d reason=%u, "
+		      "wait rc=%d, data %u",
+		      done, t.rc, t.reason, w.rc, g.map[0x31000]);
+		gpu_close(&g);
+	}
+	for (int i = 0; i < opened; i++) {
+		*(volatile uint64_t *)(hold[i].map + 0x30000) = 1;
+		gpu_close(&hold[i]);
+	}
+}
+
 /* Back-pressure: a stalled queue's ring fills up; NO_BLOCK says EAGAIN + RING_FULL, never more. */
 static void test_ring_full(void)
 {
@@ -823,7 +886,7 @@ static void test_page_fault(void)
 	char pidfrag[64], ctxfrag[64];
 	snprintf(pidfrag, sizeof(pidfrag), "process pid=%d comm=exec_test client=", (int)child);
 	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%d queue=", res[6]);
-	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.0 device=aigpu0",
+	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.1 device=aigpu0",
 				     "time_wall=", "time_mono_ns=", "kind=page_fault\n", pidfrag, ctxfrag,
 				     "fault type=unmapped access=read va=0x7f0010000 offset=24 job=", "ring queue=",
 				     "job id=", " seqno=1 cmdbuf=0 va=", "packets:\n", "  +0000 FILL dst=0x40000000 size=64",
@@ -1009,7 +1072,7 @@ static void test_debugfs(void)
 	free(st0);
 	char want_timeout[64];
 	snprintf(want_timeout, sizeof(want_timeout), " job_timeout_ms=%u hang_debug=1", TIMEOUT_MS);
-	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.0 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
+	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.1 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
 				   " clients=", " contexts=", " jobs=", " faults=", " hangs=", " resets=", want_timeout,
 				   NULL };
 	const char *m = missing(st, ws);
@@ -1037,7 +1100,7 @@ static void test_debugfs(void)
 
 /*
  * The device's fence slots (512) bound its contexts across files: with every slot taken by 8 files
- * of AIGPU_MAX_CONTEXTS contexts each, a ninth file's CTX_CREATE fails with EBUSY + CTX_LIMIT, and
+ * of AIGPU_MAX_CONTEXTS contexts each, a ninth file's CTX_CREATE fails with EBUSY + DEVICE_CTX_LIMIT, and
  * closing one of the 8 gives its slots back. Runs after the hang, fault and injection tests, so a
  * slot leaked by their recoveries shows up as fewer than 512 contexts.
  */
@@ -1056,7 +1119,7 @@ static void test_fence_slots_bound_contexts(void)
 		}
 	struct drm_aigpu_ctx_create over = { .priority = AIGPU_PRIORITY_NORMAL };
 	int ro = rawioctl(fds[FILES], DRM_IOCTL_AIGPU_CTX_CREATE, &over);
-	CHECK("ctx-create-fence-slots-exhausted", made == 512 && ro == -EBUSY && over.reason == AIGPU_REASON_CTX_LIMIT,
+	CHECK("ctx-create-fence-slots-exhausted", made == 512 && ro == -EBUSY && over.reason == AIGPU_REASON_DEVICE_CTX_LIMIT,
 	      "made %d contexts (rc %d), then rc %d reason %u", made, r, ro, over.reason);
 	close(fds[0]);
 	fds[0] = -1;
@@ -1359,6 +1422,7 @@ int main(int argc, char **argv)
 		test_cross_queue();
 		test_wait_outcomes();
 		test_ring_full();
+		test_as_slots_busy();
 		test_page_fault();
 		test_hang();
 		test_injections();

@@ -90,11 +90,11 @@ fn reason_codes_are_unique_and_named() {
     let values: BTreeSet<u32> = reason::ALL.iter().map(|r| r.0).collect();
     let names: BTreeSet<&str> = reason::ALL.iter().map(|r| r.1).collect();
     let texts: BTreeSet<&str> = reason::ALL.iter().map(|r| r.2).collect();
-    assert_eq!(reason::ALL.len(), 33);
-    assert_eq!(values.len(), 33, "duplicate reason value");
-    assert_eq!(names.len(), 33, "duplicate reason name");
-    assert_eq!(texts.len(), 33, "duplicate reason text");
-    // Dense 0..=32, in order.
+    assert_eq!(reason::ALL.len(), 35);
+    assert_eq!(values.len(), 35, "duplicate reason value");
+    assert_eq!(names.len(), 35, "duplicate reason name");
+    assert_eq!(texts.len(), 35, "duplicate reason text");
+    // Dense 0..=34, in order.
     for (i, r) in reason::ALL.iter().enumerate() {
         assert_eq!(r.0, i as u32, "{}", r.1);
         assert_eq!(reason::name(r.0), r.1);
@@ -104,8 +104,11 @@ fn reason_codes_are_unique_and_named() {
     assert_eq!(reason::VA_OVERLAP, 10);
     assert_eq!(reason::PACKET_MALFORMED, 21);
     assert_eq!(reason::OBJECT_LIMIT, 32);
+    // UAPI 1.1.
+    assert_eq!(reason::AS_SLOTS_BUSY, 33);
+    assert_eq!(reason::DEVICE_CTX_LIMIT, 34);
     assert_eq!(reason::name(10), "VA_OVERLAP");
-    assert_eq!(reason::name(33), "UNKNOWN");
+    assert_eq!(reason::name(35), "UNKNOWN");
     assert_eq!(reason::text(u32::MAX), "unknown reason");
 }
 

@@ -30,7 +30,7 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
         (_, r::OUT_OF_MEMORY) => UMD_ERR_MEM_OUT_OF_MEMORY,
         (_, r::SIZE_TOO_LARGE) => UMD_ERR_MEM_TOO_LARGE,
         (_, r::CTX_BANNED | r::CTX_LOST) => UMD_ERR_CTX_LOST,
-        (_, r::CTX_LIMIT) => UMD_ERR_CTX_LIMIT,
+        (_, r::CTX_LIMIT | r::DEVICE_CTX_LIMIT) => UMD_ERR_CTX_LIMIT,
         (_, r::CTX_INVALID) => UMD_ERR_INVALID_HANDLE,
         (_, r::PRIORITY_INVALID) => UMD_ERR_INVALID_ARGUMENT,
         (
@@ -54,4 +54,34 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
 pub fn kmd_error(op: Op, e: KmdError, what: &str) -> UmdError {
     let code = code_for(op, &e);
     UmdError::new(code, format!("{what} failed: {}.", e.describe())).kmd(e.errno, e.reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both context limits are UMD_ERR_CTX_LIMIT; which one it was stays in the detail (the
+    /// reason's name), so nobody has to guess between the file's 64 and the device's 512.
+    #[test]
+    fn file_and_device_context_limits_map_to_ctx_limit_and_say_which() {
+        for (reason, name) in [
+            (
+                r::CTX_LIMIT,
+                "CTX_LIMIT (16): too many contexts on this file (64)",
+            ),
+            (
+                r::DEVICE_CTX_LIMIT,
+                "DEVICE_CTX_LIMIT (34): the device has no context left",
+            ),
+        ] {
+            let e = KmdError::new(libc::EBUSY, reason);
+            assert_eq!(code_for(Op::Context, &e), umdResult::UMD_ERR_CTX_LIMIT);
+            let u = kmd_error(Op::Context, e, "context create");
+            assert_eq!(
+                (u.code, u.os_errno, u.kmd_reason),
+                (umdResult::UMD_ERR_CTX_LIMIT, libc::EBUSY, reason)
+            );
+            assert!(u.message.contains(name), "{}", u.message);
+        }
+    }
 }

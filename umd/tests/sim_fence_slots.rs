@@ -1,7 +1,7 @@
 //! The simulated device's fence slots (512) bound its contexts across files, as aigpu.ko's do
 //! (exec_test `ctx-create-fence-slots-exhausted`): with every slot taken, CTX_CREATE fails with
-//! EBUSY + CTX_LIMIT on any file, and closing a file gives its contexts' slots back. A test
-//! binary of its own: it takes all of device 0.
+//! EBUSY + DEVICE_CTX_LIMIT on any file (not CTX_LIMIT, the file's own 64), and closing a file
+//! gives its contexts' slots back. A test binary of its own: it takes all of device 0.
 
 use uapi::ioctl::{MAX_CONTEXTS, PRIORITY_NORMAL};
 use uapi::reason as r;
@@ -9,11 +9,11 @@ use umd::backend::sim::SimFile;
 use umd::backend::Backend;
 
 #[track_caller]
-fn expect_ctx_limit(f: &SimFile) {
+fn expect_ctx_create_fails(f: &SimFile, reason: u32) {
     let e = f.ctx_create(PRIORITY_NORMAL).unwrap_err();
     assert_eq!(
         (e.errno, e.reason),
-        (libc::EBUSY, r::CTX_LIMIT),
+        (libc::EBUSY, reason),
         "{}",
         e.describe()
     );
@@ -33,7 +33,7 @@ fn fence_slots_bound_contexts_across_files_and_come_back_on_close() {
     }
     let extra = SimFile::open(0).expect("a ninth file");
     // Every slot of the device is taken.
-    expect_ctx_limit(&extra);
+    expect_ctx_create_fails(&extra, r::DEVICE_CTX_LIMIT);
     drop(files.pop());
     for _ in 0..per_file {
         extra
@@ -41,5 +41,5 @@ fn fence_slots_bound_contexts_across_files_and_come_back_on_close() {
             .expect("a slot the closed file gave back");
     }
     // Now the file's own limit.
-    expect_ctx_limit(&extra);
+    expect_ctx_create_fails(&extra, r::CTX_LIMIT);
 }

@@ -211,7 +211,9 @@ pub struct Fence {
     pub seqno: u64,
 }
 
-/// Submit flag: fail with `EAGAIN` (`reason` = `RING_FULL`) instead of blocking on a full ring.
+/// Submit flag: fail with `EAGAIN` instead of blocking on a full ring (`reason` = `RING_FULL`)
+/// or, on aigpu.ko, on every address-space slot being held by other files' work
+/// (`AS_SLOTS_BUSY`, UAPI 1.1; 1.0 said `RING_FULL`).
 pub const SUBMIT_FLAG_NO_BLOCK: u32 = 1 << 0;
 /// Most command buffers in one submit.
 pub const MAX_CMDBUFS: u32 = 256;

@@ -47,9 +47,9 @@ reasons! {
     CTX_INVALID = 14, "context id does not name a live context of this file";
     /// The context was banned after a fault or hang; it accepts no more work.
     CTX_BANNED = 15, "context is banned after a fault or hang";
-    /// The file has reached its context limit (`MAX_CONTEXTS`), or the device has no context
-    /// left to give (every one of its fence slots is taken, by any files).
-    CTX_LIMIT = 16, "too many contexts (64 on this file, or every one of the device's)";
+    /// The file has reached its context limit (`MAX_CONTEXTS`, 64). (Kernels of UAPI 1.0 also
+    /// reported the device-wide limit with it; since 1.1 that is `DEVICE_CTX_LIMIT`.)
+    CTX_LIMIT = 16, "too many contexts on this file (64)";
     /// The priority value is not defined.
     PRIORITY_INVALID = 17, "priority is not low, normal or high";
     /// Zero command buffers, or more than the per-submit limit.
@@ -66,7 +66,7 @@ reasons! {
     FENCE_CTX_INVALID = 23, "in-fence names an unknown context";
     /// A fence seqno that was never submitted on its context.
     FENCE_NOT_SUBMITTED = 24, "fence sequence number was never submitted";
-    /// The ring is full and the submit asked not to block.
+    /// The context's ring is full and the submit asked not to block.
     RING_FULL = 25, "ring is full";
     /// The device is lost; nothing will run again until the module is reloaded.
     DEVICE_LOST = 26, "device is lost";
@@ -82,6 +82,12 @@ reasons! {
     INTERRUPTED = 31, "interrupted by a signal";
     /// The file has too many GEM objects or mappings.
     OBJECT_LIMIT = 32, "too many objects or mappings on this file";
+    /// (UAPI 1.1) The submit asked not to block, its ring has room, but every address-space
+    /// slot of the device is held by other files' unfinished work.
+    AS_SLOTS_BUSY = 33, "every address-space slot is held by other files' work";
+    /// (UAPI 1.1) The device has no context left to give: every one of its 512 fence slots is
+    /// taken, by any files.
+    DEVICE_CTX_LIMIT = 34, "the device has no context left (all 512 taken, by any files)";
 }
 
 /// The name of a reason code (`"VA_OVERLAP"`), or `"UNKNOWN"`.

@@ -6,8 +6,10 @@
 
 /// UAPI major version: changes only when a meaning changes.
 pub const UAPI_MAJOR: u32 = 1;
-/// UAPI minor version: grows when fields or ioctls are added.
-pub const UAPI_MINOR: u32 = 0;
+/// UAPI minor version: grows when fields, ioctls or reason codes are added.
+/// 1.1: reasons `AS_SLOTS_BUSY` and `DEVICE_CTX_LIMIT` (causes 1.0 reported as `RING_FULL` and
+/// `CTX_LIMIT`).
+pub const UAPI_MINOR: u32 = 1;
 /// The oldest kernel minor this user space can drive (same major).
 pub const MIN_KERNEL_MINOR: u32 = 0;
 

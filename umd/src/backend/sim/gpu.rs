@@ -373,7 +373,7 @@ impl Gpu {
             return Err(KmdError::new(libc::EBUSY, r::CTX_LIMIT));
         }
         let Some(fence_slot) = st.free_fence_slots.pop() else {
-            return Err(KmdError::new(libc::EBUSY, r::CTX_LIMIT));
+            return Err(KmdError::new(libc::EBUSY, r::DEVICE_CTX_LIMIT));
         };
         self.mem
             .write_u64(self.fence_page + 8 * fence_slot as u64, 0);
