@@ -41,6 +41,7 @@ cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 # no5lvl: 4-level paging for the KASAN kernel. With 5-level paging (QEMU's `-cpu max` has LA57),
 # an interrupt that lands while identify_cpu() rebuilds the boot CPU's feature bits sees LA57
 # cleared, and KASAN reports the interrupt's own direct-map access as wild (docs/kmd.md, Verdict).
+# The boot decompressor reads it; the kernel proper then calls it unknown (expected).
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on no5lvl"
 [ "$MODE" = bench ] && cmdline+=" aigpu.bench=1${GUEST_BENCH_ARGS:+ aigpu.bench_args=$(echo "$GUEST_BENCH_ARGS" | tr ' ' ,)}"
 [ "$MODE" = tools ] && cmdline+=" aigpu.tools=1"
