@@ -210,20 +210,52 @@ impl Bus {
     }
 }
 
+/// Copies `len` bytes from `src` to `dst`: 8 bytes at a time for the device's small accesses
+/// (a 64-byte descriptor, a packet, a 4-byte fill, an 8-byte fence), `memcpy` for the rest. Written
+/// by hand because the kernel's `memcpy` is `rep movsb` on CPUs with fast short string moves,
+/// which an emulator runs one byte per instruction: most of a small access's cost in the guest.
+///
+/// # Safety
+///
+/// `src` is valid for reads and `dst` for writes of `len` bytes; the ranges do not overlap.
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    if len > 64 {
+        // SAFETY: the caller's contract.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let mut i = 0;
+    while i + 8 <= len {
+        // SAFETY: `i + 8 <= len`; unaligned accesses are allowed by `read/write_unaligned`.
+        unsafe { dst.add(i).cast::<u64>().write_unaligned(src.add(i).cast::<u64>().read_unaligned()) };
+        i += 8;
+    }
+    if i + 4 <= len {
+        // SAFETY: as above, `i + 4 <= len`.
+        unsafe { dst.add(i).cast::<u32>().write_unaligned(src.add(i).cast::<u32>().read_unaligned()) };
+        i += 4;
+    }
+    while i < len {
+        // SAFETY: `i < len`.
+        unsafe { *dst.add(i) = *src.add(i) };
+        i += 1;
+    }
+}
+
 impl PhysMem for Bus {
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), BusError> {
         self.access(pa, buf.len(), |p| {
             // SAFETY: `p` is valid for `buf.len()` bytes (checked by `access`); `buf` is a
             // distinct kernel buffer. User space may write the same page concurrently through a
             // CPU mapping, as it may while real hardware reads it; the bytes are plain data.
-            unsafe { core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+            unsafe { copy_bytes(p, buf.as_mut_ptr(), buf.len()) }
         })
     }
 
     fn write(&self, pa: u64, data: &[u8]) -> Result<(), BusError> {
         self.access(pa, data.len(), |p| {
             // SAFETY: as in `read`, in the other direction.
-            unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+            unsafe { copy_bytes(data.as_ptr(), p, data.len()) }
         })
     }
 }

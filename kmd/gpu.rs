@@ -1164,13 +1164,15 @@ impl Gpu {
         let base = ring.as_mut_ptr().cast::<u8>();
         for d in descs {
             let off = (q.tail % RING_ENTRIES) as usize * DESC_SIZE;
-            let bytes = d.to_bytes();
             // SAFETY: the ring is RING_ENTRIES * DESC_SIZE bytes (allocated in `new`, alive with
-            // `self`), so `off + DESC_SIZE` is in bounds. The device reads only descriptors between
-            // its head and the tail it saw at the last doorbell; this writes at or after the
-            // driver's tail, which the device reads only after the doorbell below publishes it
-            // (release on the doorbell latch, acquire in the device thread).
-            unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off), DESC_SIZE) };
+            // `self`), so `off + DESC_SIZE` is in bounds, and a byte array has no alignment. The
+            // device reads only descriptors between its head and the tail it saw at the last
+            // doorbell; this writes at or after the driver's tail, which the device reads only
+            // after the doorbell below publishes it (release on the doorbell latch, acquire in
+            // the device thread), so nothing else accesses the slot while this reference lives.
+            let slot = unsafe { &mut *base.add(off).cast::<[u8; DESC_SIZE]>() };
+            // In place: no descriptor-sized temporary to clear and copy.
+            d.write_to(slot);
             q.tail = q.tail.wrapping_add(1);
         }
         (start, q.tail)

@@ -171,22 +171,25 @@ impl Vm {
         let Some(root) = self.root_pa() else {
             return Err(());
         };
-        let mut buf = [0u8; 256];
-        let mut done = 0usize;
+        // The words are read as bytes straight into `out` (no staging buffer to clear and copy:
+        // under emulation both cost a command buffer's validation more than the decode), then
+        // put in CPU order.
         let total = out.len() * 4;
+        // SAFETY: `out` is `total` bytes of initialised memory, any byte pattern is a valid `u32`,
+        // and the byte view is the only access to `out` while it lives.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), total) };
+        let mut done = 0usize;
         while done < total {
             let cur = va.checked_add(done as u64).ok_or(())?;
             let pa = tlb.translate(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
             let in_page = (version::PAGE_SIZE - (cur % version::PAGE_SIZE)) as usize;
-            let n = in_page.min(total - done).min(buf.len());
-            crate::model::PhysMem::read(&*self.bus, pa, &mut buf[..n]).map_err(|_| ())?;
-            // `done` and `n` are multiples of 4 (va is 4-byte aligned, pages and `buf` too).
-            for (i, c) in buf[..n].chunks_exact(4).enumerate() {
-                if let Some(w) = out.get_mut(done / 4 + i) {
-                    *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
+            let n = in_page.min(total - done);
+            let chunk = bytes.get_mut(done..done + n).ok_or(())?;
+            crate::model::PhysMem::read(&*self.bus, pa, chunk).map_err(|_| ())?;
             done += n;
+        }
+        for w in out.iter_mut() {
+            *w = u32::from_le(*w);
         }
         Ok(())
     }

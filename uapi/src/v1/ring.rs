@@ -44,6 +44,12 @@ impl Desc {
     /// The descriptor as the little-endian bytes the device fetches.
     pub fn to_bytes(&self) -> [u8; DESC_SIZE] {
         let mut b = [0u8; DESC_SIZE];
+        self.write_to(&mut b);
+        b
+    }
+
+    /// Writes the descriptor's bytes into `b` (a ring slot), every byte of it.
+    pub fn write_to(&self, b: &mut [u8; DESC_SIZE]) {
         b[0..4].copy_from_slice(&self.kind.to_le_bytes());
         b[4..8].copy_from_slice(&self.flags.to_le_bytes());
         b[8..12].copy_from_slice(&self.as_slot.to_le_bytes());
@@ -54,16 +60,22 @@ impl Desc {
         b[40..48].copy_from_slice(&self.job_id.to_le_bytes());
         b[48..56].copy_from_slice(&self.reserved[0].to_le_bytes());
         b[56..64].copy_from_slice(&self.reserved[1].to_le_bytes());
-        b
     }
 
     /// Parses the bytes the device fetched.
     pub fn from_bytes(b: &[u8; DESC_SIZE]) -> Self {
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(w)
+            u64::from_le_bytes([
+                b[o],
+                b[o + 1],
+                b[o + 2],
+                b[o + 3],
+                b[o + 4],
+                b[o + 5],
+                b[o + 6],
+                b[o + 7],
+            ])
         };
         Desc {
             kind: u32_at(0),

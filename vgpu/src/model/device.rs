@@ -162,6 +162,14 @@ impl Queue {
     }
 }
 
+/// Where a queue's ring is and how far it goes (what a descriptor fetch needs of the queue).
+struct RingPos {
+    ring_base: u64,
+    ring_size: u32,
+    head: u32,
+    tail_seen: u32,
+}
+
 /// The latched `FAULT_*` registers.
 #[derive(Clone, Copy, Debug, Default)]
 struct FaultRegs {
@@ -696,7 +704,14 @@ impl State {
     /// once: a NOP completes, a WAIT completes or starts waiting, an EXEC becomes active (an
     /// empty one completes). True when an EXEC with packets became active.
     fn fetch_descriptor<M: PhysMem + ?Sized>(&mut self, q: usize, bus: &Bus<'_, M>) -> bool {
-        let Some(queue) = self.queues.get(q).copied() else {
+        // The four fields needed, not a copy of the whole queue (its active descriptor is most
+        // of it, and this runs once per command buffer).
+        let Some(queue) = self.queues.get(q).map(|x| RingPos {
+            ring_base: x.ring_base,
+            ring_size: x.ring_size,
+            head: x.head,
+            tail_seen: x.tail_seen,
+        }) else {
             return false;
         };
         let fetch = regs::ACCESS_FETCH;
