@@ -11,6 +11,7 @@
 # GUEST_MODE=bench (run the kernel-submission benchmark instead of the tests: log
 # out/guest/bench-<flavor>.log; the verdict then only needs `GUEST: BENCH DONE` and no splat),
 # GUEST_BENCH_ARGS="--iters N --repeats R" (passed to the submission benchmark in bench mode),
+# GUEST_ICOUNT=1 (QEMU's deterministic instruction-counting clock, for benchmarks),
 # GUEST_MODE=tools (only the triage tools' checks, tests/guest/tools_test.sh: log
 # out/guest/tools-<flavor>.log).
 #
@@ -51,9 +52,15 @@ cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 # `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
 BAD='kmd_test: FAIL|exec_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
 
+# GUEST_ICOUNT=1: deterministic virtual time (docs/benchmarks.md): the guest's clock advances 1 ns
+# per executed instruction and skips idle time, so its timings count instructions, not the host's
+# load; the vCPUs then run in turn, not in parallel.
+ICOUNT_OPT=
+[ "${GUEST_ICOUNT:-0}" = 1 ] && ICOUNT_OPT="-icount shift=0,sleep=off"
+
 boot() {
   start=$(date +%s.%N)
-  timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg -cpu max -m "${GUEST_MEM:-1024}" \
+  timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg ${ICOUNT_OPT} -cpu max -m "${GUEST_MEM:-1024}" \
     -smp "${GUEST_SMP:-2}" -nographic -no-reboot -kernel "$KERNEL" -initrd "$INITRD" \
     -append "$cmdline" </dev/null >"$LOG" 2>&1
   qrc=$?

@@ -8,7 +8,9 @@
 #
 # Each run is one invocation of umd-submit-bench (round trip vs DRM_IOCTL_VERSION, 1,000 jobs one
 # per ioctl vs batched, the MLP demo's time). Extra arguments after the mode go to the benchmark
-# (--iters N --repeats R). Prints numbers, asserts nothing.
+# (--iters N --repeats R). Prints numbers, asserts nothing. In the guest, GUEST_ICOUNT=1 runs it on
+# QEMU's instruction-counting clock (deterministic: timings count guest instructions, not the
+# shared host's load) and GUEST_SMP=1 on one vCPU (docs/benchmarks.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -42,7 +44,8 @@ run_guest() {
   ko=$("$ROOT/scripts/build-module.sh" "$kdir")
   "$ROOT/scripts/build-guest-umd.sh" >/dev/null
   "$ROOT/scripts/build-initramfs.sh" "$kdir" "$ko" >/dev/null
-  echo "== aigpu.ko in the QEMU guest ($flavor kernel, TCG, host load $(cut -d' ' -f1-3 /proc/loadavg))"
+  clock=TCG; [ "${GUEST_ICOUNT:-0}" = 1 ] && clock="TCG, icount: 1 ns per guest instruction"
+  echo "== aigpu.ko in the QEMU guest ($flavor kernel, $clock, host load $(cut -d' ' -f1-3 /proc/loadavg))"
   local others
   others=$(pgrep -c -f '^qemu-system-x86_64 ' || true)
   if [ "${others:-0}" -gt 0 ]; then
