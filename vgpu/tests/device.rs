@@ -646,3 +646,52 @@ fn run_round_counts_steps_and_ends_on_the_interrupt_line() {
     assert_eq!((r.steps, r.last), (0, Step::Idle));
     assert!(!h.dev.irq_line());
 }
+
+/// `Device::queue_status` (what aigpu.ko mirrors after every round) returns exactly what the
+/// Q_HEAD, Q_STATE and Q_CUR_JOB register reads return: for running, waiting and idle queues, a
+/// queue that does not exist (zeros), and a lost device (all ones).
+#[test]
+fn queue_status_matches_the_register_reads() {
+    let mut h = H::new();
+    h.enable_slot(SLOT);
+    h.setup_queue(0, 16, 1);
+    h.setup_queue(1, 16, 1);
+    h.cmdbuf(SLOT, CMD_VA, &packet::encode_nop());
+    let flag = h.alloc_page();
+    h.map_page(SLOT, DATA_VA, flag, RW);
+    let wait_va = CMD_VA + 0x1000;
+    let size = h.cmdbuf(SLOT, wait_va, &packet::encode_wait_mem(DATA_VA, 1));
+    h.push(
+        0,
+        &exec_desc(SLOT as u32, CMD_VA, 4, 0, 0, 0, 0x1_0000_0007),
+    );
+    h.push(
+        1,
+        &exec_desc(SLOT as u32, wait_va, size, 0, 0, 0, 0x2_0000_0009),
+    );
+    let check = |h: &mut H, when: &str| {
+        for q in 0..regs::NUM_QUEUES {
+            let want = (
+                h.qr(q, regs::Q_HEAD),
+                h.qr(q, regs::Q_STATE),
+                u64::from(h.qr(q, regs::Q_CUR_JOB))
+                    | (u64::from(h.qr(q, regs::Q_CUR_JOB + 4)) << 32),
+            );
+            assert_eq!(h.dev.queue_status(q), want, "queue {q} {when}");
+        }
+    };
+    check(&mut h, "before running");
+    h.run();
+    // Queue 0 done, queue 1 waiting on memory with its job current.
+    assert_eq!(h.dev.queue_status(1).1, regs::QSTATE_WAITING);
+    assert_eq!(h.dev.queue_status(1).2, 0x2_0000_0009);
+    check(&mut h, "with a waiting queue");
+    assert_eq!(h.dev.queue_status(regs::NUM_QUEUES), (0, 0, 0));
+    h.dev.fall_off_bus();
+    let all = regs::LOST_READ_VALUE;
+    assert_eq!(
+        h.dev.queue_status(0),
+        (all, all, u64::from(all) | (u64::from(all) << 32))
+    );
+    check(&mut h, "lost");
+}

@@ -381,6 +381,20 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
         }
     }
 
+    /// Queue `q`'s `Q_HEAD`, `Q_STATE` and `Q_CUR_JOB` in one call, exactly as the three register
+    /// reads would return them (all ones when the device is lost; zeros for a queue that does not
+    /// exist): what a host mirrors after every round, without four register dispatches per queue.
+    pub fn queue_status(&self, q: usize) -> (u32, u32, u64) {
+        if self.st.lost {
+            let all = regs::LOST_READ_VALUE;
+            return (all, all, u64::from(all) | (u64::from(all) << 32));
+        }
+        self.st
+            .queues
+            .get(q)
+            .map_or((0, 0, 0), |x| (x.head, x.state(), x.cur_job))
+    }
+
     /// One round of a device thread: [`Device::step`] until a step makes no progress, the
     /// interrupt line is raised (the host must deliver it before running on), `max_steps`
     /// steps ran, or `stop_early(steps so far)` returns true (asked after every step that made
