@@ -176,6 +176,61 @@ fn jobs(b: &dyn Backend, ctx: u32, cb: Cmdbuf, per_ioctl: usize) -> JobsRun {
     }
 }
 
+/// One half of the 1,000-job comparison (one per ioctl, or batched), over the repeats.
+#[derive(Default)]
+struct Half {
+    ioctls: usize,
+    /// Jobs per second of each repeat.
+    rates: Vec<f64>,
+    /// Every submit call's duration (ns).
+    calls: Vec<f64>,
+    /// The final wait of each repeat (ns).
+    waits: Vec<f64>,
+    /// Time in submit calls per job (ns), per repeat: what batching saves the submitting
+    /// thread, whatever the device costs.
+    cpu: Vec<f64>,
+    /// The device's (steps, busy us) summed over the repeats (aigpu.ko, as root).
+    dev: (u64, u64),
+}
+
+impl Half {
+    /// Runs the 1,000 jobs once with `per_ioctl` buffers per submit; returns its seconds.
+    fn run(
+        &mut self,
+        b: &dyn Backend,
+        ctx: u32,
+        cb: Cmdbuf,
+        per_ioctl: usize,
+        location: &str,
+    ) -> f64 {
+        let before = device_busy(location);
+        let r = jobs(b, ctx, cb, per_ioctl);
+        if let (Some(a), Some(z)) = (before, device_busy(location)) {
+            self.dev.0 += z.0.saturating_sub(a.0);
+            self.dev.1 += z.1.saturating_sub(a.1);
+        }
+        self.ioctls = r.ioctls;
+        self.rates.push(JOBS as f64 / r.secs);
+        self.cpu.push(r.calls.iter().sum::<f64>() / JOBS as f64);
+        self.calls.extend(r.calls);
+        self.waits.push(r.wait_ns);
+        r.secs
+    }
+
+    /// Prints the half's line; returns its median jobs/s.
+    fn print(&self, label: &str) -> f64 {
+        let rate = median(self.rates.clone());
+        println!(
+            "  {label} {:>5} ioctls, {rate:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us; final wait {:.1} us)",
+            self.ioctls,
+            median(self.calls.clone()) / 1e3,
+            pct(self.calls.clone(), 0.99) / 1e3,
+            median(self.waits.clone()) / 1e3
+        );
+        rate
+    }
+}
+
 /// The device's work counters from aigpu.ko's debugfs `status` (root, kernel backend only):
 /// (steps, microseconds the device thread spent executing). `None` elsewhere.
 fn device_busy(location: &str) -> Option<(u64, u64)> {
@@ -321,64 +376,22 @@ fn main() {
         rt_med / floor
     );
 
-    let mut single = Vec::new();
-    let mut batched = Vec::new();
-    let mut pair_ratios = Vec::new();
-    let (mut n_single, mut n_batched) = (0, 0);
-    let mut single_calls = Vec::new();
-    let mut batched_calls = Vec::new();
-    let (mut single_waits, mut batched_waits) = (Vec::new(), Vec::new());
-    // Time in submit calls per job (ns), per repeat: what batching saves the submitting thread,
-    // whatever the device costs.
-    let (mut single_cpu, mut batched_cpu) = (Vec::new(), Vec::new());
-    // Device time per job, per mode: (steps, busy us) summed over the repeats.
-    let mut dev_single = (0u64, 0u64);
-    let mut dev_batched = (0u64, 0u64);
     let location = b.location();
-    let busy_delta = |before: Option<(u64, u64)>, acc: &mut (u64, u64)| {
-        if let (Some(a), Some(z)) = (before, device_busy(&location)) {
-            acc.0 += z.0.saturating_sub(a.0);
-            acc.1 += z.1.saturating_sub(a.1);
-        }
-    };
+    let (mut single, mut batched) = (Half::default(), Half::default());
+    let mut pair_ratios = Vec::new();
     for _ in 0..repeats {
-        let d0 = device_busy(&location);
-        let one = jobs(b, ctx, cb, 1);
-        busy_delta(d0, &mut dev_single);
-        n_single = one.ioctls;
-        single.push(JOBS as f64 / one.secs);
-        single_cpu.push(one.calls.iter().sum::<f64>() / JOBS as f64);
-        single_calls.extend(one.calls);
-        single_waits.push(one.wait_ns);
-        let d0 = device_busy(&location);
-        let many = jobs(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize);
-        busy_delta(d0, &mut dev_batched);
-        n_batched = many.ioctls;
-        batched.push(JOBS as f64 / many.secs);
-        batched_cpu.push(many.calls.iter().sum::<f64>() / JOBS as f64);
-        batched_calls.extend(many.calls);
-        batched_waits.push(many.wait_ns);
+        let one = single.run(b, ctx, cb, 1, &location);
+        let many = batched.run(b, ctx, cb, uapi::ioctl::MAX_CMDBUFS as usize, &location);
         // The two halves of one repeat ran back to back: their ratio is what drifts least
         // between repeats on a noisy machine.
-        pair_ratios.push(one.secs / many.secs);
+        pair_ratios.push(one / many);
     }
-    let (js, jb) = (median(single), median(batched));
     println!("{JOBS} small jobs (one 4-byte FILL each), median of {repeats}:");
-    println!(
-        "  one job per submit ioctl:  {n_single:>5} ioctls, {js:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us; final wait {:.1} us)",
-        median(single_calls.clone()) / 1e3,
-        pct(single_calls, 0.99) / 1e3,
-        median(single_waits) / 1e3
-    );
-    println!(
-        "  batched, 256 per ioctl:    {n_batched:>5} ioctls, {jb:>10.0} jobs/s  (submit call median {:.1} us, p99 {:.1} us; final wait {:.1} us)",
-        median(batched_calls.clone()) / 1e3,
-        pct(batched_calls, 0.99) / 1e3,
-        median(batched_waits) / 1e3
-    );
+    let js = single.print("one job per submit ioctl: ");
+    let jb = batched.print("batched, 256 per ioctl:   ");
     println!(
         "  ratios: {:.1}x fewer ioctls (target >= 20x), {:.1}x the throughput (target >= 5x; ratio of the medians)",
-        n_single as f64 / n_batched as f64,
+        single.ioctls as f64 / batched.ioctls as f64,
         jb / js
     );
     let mut sorted = pair_ratios.clone();
@@ -389,7 +402,7 @@ fn main() {
         sorted.first().copied().unwrap_or(0.0),
         sorted.last().copied().unwrap_or(0.0)
     );
-    let (cpu1, cpub) = (median(single_cpu), median(batched_cpu));
+    let (cpu1, cpub) = (median(single.cpu.clone()), median(batched.cpu.clone()));
     println!(
         "  submit calls per job: one per ioctl {:.2} us, batched {:.2} us ({:.1}x less; median of the repeats)",
         cpu1 / 1e3,
@@ -397,13 +410,13 @@ fn main() {
         cpu1 / cpub.max(1.0)
     );
     let per_job = |d: (u64, u64)| d.1 as f64 / (repeats * JOBS) as f64;
-    if dev_single.0 > 0 && dev_batched.0 > 0 {
+    if single.dev.0 > 0 && batched.dev.0 > 0 {
         println!(
             "  device thread busy per job (debugfs busy_us): one per ioctl {:.2} us, batched {:.2} us ({} / {} steps)",
-            per_job(dev_single),
-            per_job(dev_batched),
-            dev_single.0,
-            dev_batched.0
+            per_job(single.dev),
+            per_job(batched.dev),
+            single.dev.0,
+            batched.dev.0
         );
     }
 
