@@ -56,13 +56,14 @@ fi
 if grep -q 'aigpu.profile=' /proc/cmdline; then
   MODE=$(sed -n 's/.*aigpu.profile=\([a-z]*\).*/\1/p' /proc/cmdline)
   REPEATS=$(sed -n 's/.*aigpu.profile_repeats=\([0-9]*\).*/\1/p' /proc/cmdline)
+  HZ_=$(sed -n 's/.*aigpu.profile_hz=\([0-9]*\).*/\1/p' /proc/cmdline)
   # Kernel and module symbols for perf report.
   echo 0 > /proc/sys/kernel/kptr_restrict
   echo -1 > /proc/sys/kernel/perf_event_paranoid
   insmod /lib/modules/aigpu.ko $UMD_PARAMS || echo "PROFILE: insmod failed"
   cd /tmp
   UMD_BACKEND=kmd /bin/umd-submit-bench --only "$MODE" --repeats 3
-  UMD_BACKEND=kmd /bin/perf record -q -a -F 2000 -o /tmp/perf.data -- \
+  UMD_BACKEND=kmd /bin/perf record -q -a -F "${HZ_:-2000}" -o /tmp/perf.data -- \
     /bin/umd-submit-bench --only "$MODE" --repeats "${REPEATS:-20}"
   echo "PROFILE: BEGIN"
   /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,sym 2>/dev/null |

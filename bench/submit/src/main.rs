@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! umd-submit-bench [--iters N] [--repeats R] [--mlp-demo PATH]
-//! umd-submit-bench --only single|batched [--repeats R]
+//! umd-submit-bench --only single|batched|roundtrip [--iters N] [--repeats R]
 //! ```
 //!
 //! * floor: a bare `DRM_IOCTL_VERSION` round trip on the render node (kernel backend), or a bare
@@ -19,8 +19,8 @@
 //! * the MLP demo (`examples/mlp_demo`, run R times as a child with the same environment): wall
 //!   time of the process and its own "GPU submit+wait" time, medians.
 //!
-//! `--only` runs just one half of the 1,000-job comparison, R times (for a profiler: the samples
-//! then belong to that path alone).
+//! `--only` runs just one half of the 1,000-job comparison, R times, or N x R round trips (for a
+//! profiler: the samples then belong to that path alone).
 //!
 //! The backend is used through the `Backend` trait (one method per ioctl), so the kernel numbers
 //! are ioctl numbers, not libumd overhead.
@@ -135,6 +135,18 @@ fn floor_ns(b: &dyn Backend, iters: usize) -> (f64, &'static str) {
 
 fn deadline() -> u64 {
     umd::error::detail::mono_ns() + 30_000_000_000
+}
+
+/// `n` submit + wait round trips of the one-packet job; each one's duration (ns).
+fn round_trips(b: &dyn Backend, ctx: u32, cb: Cmdbuf, n: usize) -> Vec<f64> {
+    let mut rt = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let s = b.submit(ctx, &[cb], &[], 0).expect("submit");
+        b.wait(ctx, s, deadline()).expect("wait");
+        rt.push(t.elapsed().as_nanos() as f64);
+    }
+    rt
 }
 
 /// One run of the 1,000 jobs.
@@ -327,8 +339,19 @@ fn main() {
         let per_ioctl = match only.as_str() {
             "single" => 1,
             "batched" => uapi::ioctl::MAX_CMDBUFS as usize,
+            "roundtrip" => {
+                let rt = round_trips(b, ctx, cb, iters * repeats);
+                println!(
+                    "submit + wait, one-packet job: median {:.1} us over {} round trips",
+                    median(rt) / 1e3,
+                    iters * repeats
+                );
+                return;
+            }
             other => {
-                eprintln!("umd-submit-bench: --only takes single or batched, not {other}");
+                eprintln!(
+                    "umd-submit-bench: --only takes single, batched or roundtrip, not {other}"
+                );
                 std::process::exit(2);
             }
         };
@@ -344,13 +367,7 @@ fn main() {
 
     let (floor, floor_what) = floor_ns(b, iters);
     let wake = wakeup_ns(iters.min(2000));
-    let mut rt = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        let s = b.submit(ctx, &[cb], &[], 0).expect("submit");
-        b.wait(ctx, s, deadline()).expect("wait");
-        rt.push(t.elapsed().as_nanos() as f64);
-    }
+    let rt = round_trips(b, ctx, cb, iters);
     let rt_med = median(rt.clone());
     let rt_p90 = pct(rt, 0.9);
     println!("round trip ({iters} iterations, medians):");
