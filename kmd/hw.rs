@@ -19,22 +19,20 @@
 //! `IRQ_STATUS`, `IRQ_ACK`) made of atomics, separate from the execution engine, so hard-IRQ code
 //! can read and acknowledge it without sleeping and without a `spinlock_t` (which lockdep's
 //! raw-lock-nesting check forbids in hard-IRQ context, and Rust 7.3 has no raw spinlock). When
-//! the line goes from low to high the "interrupt controller" (an hrtimer armed with zero delay,
-//! whose callback runs in hard-IRQ context) calls the connected handler: the driver's top half.
+//! the line goes from low to high the "interrupt controller" (an `irq_work` with
+//! `IRQ_WORK_HARD_IRQ`: a self-interrupt on the CPU that raised it, whose callback runs in
+//! hard-IRQ context) calls the connected handler: the driver's top half.
 
 use core::{ffi::c_void, ptr};
 
 use kernel::{
-    bindings, impl_has_hr_timer, new_condvar, new_mutex, new_spinlock,
+    bindings, container_of, new_condvar, new_mutex, new_spinlock,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
         Arc, CondVar, Mutex, SpinLock,
     },
-    time::{
-        hrtimer::{HasHrTimer, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart, RelativeHardMode},
-        Delta, Monotonic,
-    },
+    types::Opaque,
 };
 
 use crate::{
@@ -159,9 +157,10 @@ pub(crate) struct Hw {
     irq: IrqFile,
     /// The hot queue registers.
     queues: [QueueFront; regs::NUM_QUEUES],
-    /// The interrupt controller: delivers the line to the handler in hard-IRQ context.
+    /// The interrupt controller: an `irq_work` (a self-interrupt: `IRQ_WORK_HARD_IRQ`, so the
+    /// handler runs in hard-IRQ context) that delivers the line to the handler.
     #[pin]
-    timer: HrTimer<Hw>,
+    controller: Controller,
     /// Set by doorbells (and whatever else needs the device thread to look), cleared by it.
     #[pin]
     kick: SpinLock<bool>,
@@ -178,29 +177,50 @@ pub(crate) struct Hw {
     bus: Arc<Bus>,
 }
 
-impl_has_hr_timer! {
-    impl HasHrTimer<Self> for Hw {
-        mode: RelativeHardMode<Monotonic>,
-        field: self.timer
+/// The interrupt controller's delivery, in hard-IRQ context: call the connected handler.
+///
+/// # Safety
+///
+/// `work` is the `controller` of a live `Hw` (queued only by [`Hw::deliver`]; [`Hw::free_irq`]
+/// waits for a queued or running delivery before the `Hw` can go).
+unsafe extern "C" fn controller_fired(work: *mut bindings::irq_work) {
+    let field = Opaque::cast_from(work).cast::<Controller>().cast_mut();
+    // SAFETY: `work` is the `controller` field of a `Hw` (function contract).
+    let this = unsafe { &*container_of!(field, Hw, controller) };
+    let f = this.irq.handler.load(Acquire);
+    let data = this.irq.data.load(Relaxed);
+    if f != 0 {
+        // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
+        let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
+        // SAFETY: the handler and its data were connected by `request_irq`, whose caller
+        // guarantees they stay valid until `free_irq`, which waits for this delivery after
+        // disconnecting them.
+        unsafe { f(data as *const c_void) };
     }
 }
 
-impl HrTimerCallback for Hw {
-    type Pointer<'a> = Pin<&'a Hw>;
+/// The interrupt controller: a hard-IRQ `irq_work` calling [`controller_fired`].
+#[repr(transparent)]
+struct Controller(Opaque<bindings::irq_work>);
 
-    /// Interrupt delivery, in hard-IRQ context: call the connected handler.
-    fn run(this: Pin<&Hw>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
-        let f = this.irq.handler.load(Acquire);
-        let data = this.irq.data.load(Relaxed);
-        if f != 0 {
-            // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
-            let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
-            // SAFETY: the handler and its data were connected by `request_irq`, whose caller
-            // guarantees they stay valid until `free_irq`, which cancels this timer (waiting for
-            // a running callback) after disconnecting them.
-            unsafe { f(data as *const c_void) };
-        }
-        HrTimerRestart::NoRestart
+// SAFETY: the `irq_work` is only used through `irq_work_queue` / `irq_work_sync`, which may be
+// called from any thread (the kernel's own locking-free claim on the work's flags), and its
+// callback only reads atomics of the `Hw`.
+unsafe impl Send for Controller {}
+// SAFETY: as above.
+unsafe impl Sync for Controller {}
+
+impl Controller {
+    /// `IRQ_WORK_INIT_HARD(controller_fired)` (a macro without a binding).
+    fn new() -> Self {
+        let mut w = bindings::irq_work::default();
+        w.node.__bindgen_anon_1.u_flags = bindings::IRQ_WORK_HARD_IRQ;
+        w.func = Some(controller_fired);
+        Self(Opaque::new(w))
+    }
+
+    fn get(&self) -> *mut bindings::irq_work {
+        self.0.get()
     }
 }
 
@@ -213,7 +233,7 @@ impl Hw {
             model <- new_mutex!(model, "aigpu_hw_model"),
             irq: IrqFile::new(),
             queues: core::array::from_fn(|_| QueueFront::new()),
-            timer <- HrTimer::new(),
+            controller: Controller::new(),
             kick <- new_spinlock!(false, "aigpu_hw_kick"),
             kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
             thread: Atomic::new(0),
@@ -288,15 +308,17 @@ impl Hw {
     /// Disconnects the handler and waits for a running delivery to finish.
     pub(crate) fn free_irq(&self) {
         self.irq.handler.store(0, Release);
-        // SAFETY: `self` is a valid, pinned `Hw` (the timer was initialised in `new`).
-        unsafe { bindings::hrtimer_cancel(<Hw as HasHrTimer<Hw>>::c_timer_ptr(self).cast_mut()) };
+        // SAFETY: `controller` was initialised in `new`; this waits until a queued or running
+        // delivery has finished.
+        unsafe { bindings::irq_work_sync(self.controller.get()) };
     }
 
-    /// Delivers the line (arms the controller's zero-delay timer).
+    /// Delivers the line (queues the controller's self-interrupt; already queued means the
+    /// handler has yet to run and will see this cause too).
     fn deliver(&self) {
-        // SAFETY: `self` is pinned inside the device structure, which outlives the timer:
-        // `free_irq` (called before the device is freed) cancels it.
-        unsafe { <Hw as HasHrTimer<Hw>>::start(self, Delta::ZERO) };
+        // SAFETY: `controller` is initialised and pinned inside the device structure, which
+        // outlives it: `free_irq` (called before the device is freed) waits for it.
+        unsafe { bindings::irq_work_queue(self.controller.get()) };
     }
 
     /// Moves the causes the model raised into the interrupt register file; delivers an edge.
