@@ -12,7 +12,7 @@
 //! - `gpu.rs`    — execution: rings, doorbells, contexts, fences, interrupt top and bottom half,
 //!                 watchdog, engine reset and innocent resubmission, device loss;
 //! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
-//!                 and its interrupt line (an hrtimer in hard-IRQ mode);
+//!                 and its interrupt line (a hard `irq_work`: a self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
 //! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign

@@ -246,12 +246,12 @@ fn render(gpu: &Gpu, k: Kind, out: &mut Text) {
 
 fn status(gpu: &Gpu, out: &mut Text) {
     let dumps = gpu.dumps.lock().total;
-    let st = gpu.sched.lock();
+    let st = gpu.sched_retired();
     let c = st.counters;
     let contexts = st.contexts.values().filter(|c| !c.zombie).count();
     tprint!(
         out,
-        "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} steps={} busy_us={}\n",
+        "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} irqs_direct={} irqs_lazy={} steps={} busy_us={}\n",
         gpu.name.to_str().unwrap_or("aigpu"),
         if st.lost { "lost" } else { "ok" },
         version::UAPI_MAJOR,
@@ -270,14 +270,16 @@ fn status(gpu: &Gpu, out: &mut Text) {
         gpu.cfg.job_timeout_ms,
         u32::from(gpu.cfg.hang_debug),
         dumps,
-        c.irqs,
+        gpu.irqs.load(kernel::sync::atomic::Relaxed),
+        gpu.irqs_direct.load(kernel::sync::atomic::Relaxed),
+        gpu.irqs_lazy.load(kernel::sync::atomic::Relaxed),
         gpu.hw.steps.load(kernel::sync::atomic::Relaxed),
         gpu.hw.busy_ns.load(kernel::sync::atomic::Relaxed) / 1000
     );
 }
 
 fn queues(gpu: &Gpu, out: &mut Text) {
-    let st = gpu.sched.lock();
+    let st = gpu.sched_retired();
     for (qi, q) in st.queues.iter().enumerate() {
         let b = regs::queue_base(qi);
         let state = gpu.hw.read32(b + regs::Q_STATE);
@@ -300,7 +302,7 @@ fn queues(gpu: &Gpu, out: &mut Text) {
 }
 
 fn clients(gpu: &Gpu, out: &mut Text) {
-    let st = gpu.sched.lock();
+    let st = gpu.sched_retired();
     for (id, c) in st.clients.iter() {
         let contexts = st.contexts.values().filter(|x| x.client == *id && !x.zombie).count();
         tprint!(
@@ -320,7 +322,7 @@ fn clients(gpu: &Gpu, out: &mut Text) {
 }
 
 fn contexts(gpu: &Gpu, out: &mut Text) {
-    let st = gpu.sched.lock();
+    let st = gpu.sched_retired();
     for (id, c) in st.contexts.iter() {
         let (pid, comm) = Gpu::owner(&st, *id);
         tprint!(
@@ -358,7 +360,7 @@ fn vm(gpu: &Gpu, out: &mut Text) {
     // Collect the address spaces under the scheduler lock, print them outside it.
     let mut vms = KVec::new();
     {
-        let st = gpu.sched.lock();
+        let st = gpu.sched_retired();
         for (id, c) in st.clients.iter() {
             if vms.push((*id, c.vm.clone()), GFP_KERNEL).is_err() {
                 break;

@@ -29,8 +29,8 @@ use kernel::{
     rbtree::RBTree,
     str::CString,
     sync::{
-        atomic::{Acquire, Atomic, Relaxed, Release},
-        Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex,
+        atomic::{Acquire, Atomic, Full, Relaxed},
+        Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, MutexGuard,
     },
     workqueue::{self, new_delayed_work, new_work, DelayedWork, Work, WorkItem},
 };
@@ -246,6 +246,15 @@ pub(crate) struct Client {
     pub(crate) pt_root: u64,
 }
 
+/// How a task in WAIT or another sleep on `changed` is known to the top half.
+#[derive(Clone, Copy)]
+enum Waiter {
+    /// By name, in this slot of `fast_waiters`: the top half wakes it directly.
+    Slot(usize),
+    /// Only counted in `sleepers`: the top half then leaves the interrupt to the bottom half.
+    Counted,
+}
+
 /// Event counters.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Counters {
@@ -253,7 +262,6 @@ pub(crate) struct Counters {
     pub(crate) faults: u64,
     pub(crate) hangs: u64,
     pub(crate) resets: u64,
-    pub(crate) irqs: u64,
 }
 
 /// Everything the scheduling code keeps, behind one lock.
@@ -304,6 +312,20 @@ pub(crate) struct Gpu {
     wd: DelayedWork<Gpu, 1>,
     /// Interrupt causes the top half acknowledged and the bottom half has not handled yet.
     irq_pending: Atomic<u32>,
+    /// Interrupts the top half handled (debugfs `irqs`).
+    pub(crate) irqs: Atomic<u64>,
+    /// Of those, the ones left to the waiter they woke, without the bottom half (debugfs
+    /// `irqs_direct`).
+    pub(crate) irqs_direct: Atomic<u64>,
+    /// And the completions nobody was waiting for, left to whoever looks next (debugfs
+    /// `irqs_lazy`).
+    pub(crate) irqs_lazy: Atomic<u64>,
+    /// When the top half last ran (`CLOCK_MONOTONIC` ns): the completion time busy-time
+    /// accounting uses when retirement comes later.
+    last_irq_ns: Atomic<u64>,
+    /// Tasks asleep on `changed` that the top half does not know by name (not in
+    /// `fast_waiters`): while there are any, every interrupt goes to the bottom half.
+    sleepers: Atomic<u32>,
     /// Tasks sleeping in WAIT (`task_struct` pointers, 0 = free slot): the top half wakes them
     /// directly, so a waiter does not wait for the bottom half's work item to be scheduled too.
     fast_waiters: [Atomic<usize>; FAST_WAITERS],
@@ -396,6 +418,7 @@ unsafe fn top_half(data: *const c_void) {
     if all == 0 || gpu.stopping.load(Relaxed) {
         return;
     }
+    gpu.irqs.fetch_add(1, Relaxed);
     let mut cur = gpu.irq_pending.load(Relaxed);
     while let Err(seen) = gpu.irq_pending.cmpxchg(cur, cur | all, Relaxed) {
         cur = seen;
@@ -404,14 +427,41 @@ unsafe fn top_half(data: *const c_void) {
     // is inside WAIT (it clears the slot before leaving); inside this RCU read-side section the
     // task_struct cannot be freed even if the task leaves and exits meanwhile (the rcuwait
     // pattern), and a spurious wake-up of a task sleeping elsewhere is harmless.
+    let (mut registered, mut woke) = (false, false);
     {
         let _rcu = kernel::sync::rcu::read_lock();
         for w in gpu.fast_waiters.iter() {
             let t = w.load(Acquire);
             if t != 0 {
+                registered = true;
                 // SAFETY: see above.
-                unsafe { bindings::wake_up_process(t as *mut bindings::task_struct) };
+                woke |= unsafe { bindings::wake_up_process(t as *mut bindings::task_struct) } != 0;
             }
+        }
+    }
+    gpu.last_irq_ns.store(mono_ns(), Relaxed);
+    // Completions alone need no bottom half unless someone sleeps without being woken here
+    // (retirement is lazy, as in production drivers: it frees bookkeeping, while a waiter
+    // learns of its fence from the device). Scheduling the bottom half costs a kworker wake-up
+    // and two context switches per job on the round-trip path.
+    // - A waiter was asleep and is now woken: it retires everything the device completed (not
+    //   only its own fence) and notifies `changed` before anything else (`Gpu::wait`).
+    // - Nobody waits at all: whoever looks next retires (a WAIT, CTX_STATE, a submit that finds
+    //   its ring full, a file being closed), and the watchdog does within `WD_PERIOD_MS` while
+    //   work is queued. A sleeper that comes later retires before it sleeps (`register_waiter`,
+    //   `sleep_on_changed`: a full barrier, then a look at the device; this side read the slots
+    //   and the count after acknowledging the interrupt, a full barrier too).
+    // A registered waiter that was running may not have gone to sleep yet (a wake-up this side
+    // cannot deliver), other sleepers on `changed` are not known by name, and faults, memory
+    // errors and resets need the bottom half: those still queue it.
+    if all & !(regs::IRQ_JOB_DONE_ALL | regs::IRQ_FENCE) == 0 {
+        if woke {
+            gpu.irqs_direct.fetch_add(1, Relaxed);
+            return;
+        }
+        if !registered && gpu.sleepers.load(Relaxed) == 0 {
+            gpu.irqs_lazy.fetch_add(1, Relaxed);
+            return;
         }
     }
     // SAFETY: `data` comes from `Arc::as_ptr` of the device's `Arc<Gpu>`, whose count stays above
@@ -530,6 +580,11 @@ impl Gpu {
                 wd <- new_delayed_work!("aigpu_watchdog"),
                 irq_pending: Atomic::new(0),
                 fast_waiters: core::array::from_fn(|_| Atomic::new(0)),
+                irqs: Atomic::new(0),
+                irqs_direct: Atomic::new(0),
+                irqs_lazy: Atomic::new(0),
+                last_irq_ns: Atomic::new(0),
+                sleepers: Atomic::new(0),
                 stopping: Atomic::new(false),
                 rings,
                 fence_page,
@@ -681,7 +736,9 @@ impl Gpu {
         let deadline = mono_ns() + 2 * self.timeout_ns() + 1_000_000_000;
         loop {
             {
-                let st = self.sched.lock();
+                let mut st = self.sched.lock();
+                // Completions nobody waited for are retired lazily: look at the device.
+                self.retire_and_notify(&mut st);
                 let busy = st.clients.get(&client).map_or(0, |c| c.inflight);
                 if busy == 0 || st.lost || mono_ns() >= deadline {
                     break;
@@ -821,6 +878,10 @@ impl Gpu {
         if mine >= u::MAX_CONTEXTS as usize {
             return Err(fail(EBUSY, r::CTX_LIMIT));
         }
+        if st.free_fence_slots.is_empty() {
+            // Destroyed contexts keep their slot until their last job is retired (lazily).
+            self.retire_and_notify(&mut st);
+        }
         let Some(fence_slot) = st.free_fence_slots.pop() else {
             return Err(fail(EBUSY, r::DEVICE_CTX_LIMIT));
         };
@@ -886,7 +947,7 @@ impl Gpu {
                 break;
             }
             let j = ns_to_jiffies(deadline - now);
-            if let CondVarTimeoutResult::Signal { .. } = self.changed.wait_interruptible_timeout(&mut st, j) {
+            if let CondVarTimeoutResult::Signal { .. } = self.sleep_on_changed(&mut st, j) {
                 break;
             }
         }
@@ -901,7 +962,7 @@ impl Gpu {
             return Err(fail(ENODEV, r::DEVICE_LOST));
         }
         // Report what the device has completed so far, not what the last interrupt said.
-        self.retire(&mut st);
+        self.retire_and_notify(&mut st);
         let c = Self::ctx_of(&st, client, id)?;
         let f = c.fault.unwrap_or_default();
         Ok(u::CtxState {
@@ -1050,13 +1111,18 @@ impl Gpu {
                 break (slot, job_id, seqno, injected != 0);
             }
             if flags & u::SUBMIT_FLAG_NO_BLOCK != 0 {
+                // Work the device finished but nobody retired yet (retirement is lazy) still
+                // holds ring space and slots: retire it and look again before refusing.
+                if self.retire_and_notify(&mut st) {
+                    continue;
+                }
                 // Say which of the two waits this would have been: for ring space, or (the ring
                 // has room) for an address-space slot other files' work holds.
                 let why = if ring_ok { r::AS_SLOTS_BUSY } else { r::RING_FULL };
                 return Err(fail(EAGAIN, why));
             }
             let j = kernel::time::msecs_to_jiffies(50);
-            if let CondVarTimeoutResult::Signal { .. } = self.changed.wait_interruptible_timeout(&mut st, j) {
+            if let CondVarTimeoutResult::Signal { .. } = self.sleep_on_changed(&mut st, j) {
                 // Nothing was queued: the call can be restarted as is.
                 return Err(fail(ERESTARTSYS, r::INTERRUPTED));
             }
@@ -1204,21 +1270,32 @@ impl Gpu {
             if c.banned {
                 return Err(fail(ECANCELED, r::CTX_LOST));
             }
-            // The fence may already be written while its interrupt is on its way (or the top
-            // half woke this task before the bottom half ran): look at the device's progress.
+            // The fence may already be written while its interrupt is on its way, or was left
+            // to whoever looks next: look at the device's progress. The top half knows this
+            // task from before that look on (by name in a slot, or counted), so a completion is
+            // either seen by the look or its top half sees this task (a full barrier on each
+            // side), never neither.
             let before = c.completed;
-            self.retire(&mut st);
-            if Self::ctx_of(&st, client, ctx_id).is_ok_and(|c| c.completed != before) {
-                continue;
-            }
+            let me = self.register_waiter();
+            self.retire_and_notify(&mut st);
+            let progressed = Self::ctx_of(&st, client, ctx_id).is_ok_and(|c| c.completed != before);
             let now = mono_ns();
-            if deadline_ns <= now {
+            let res = if progressed || deadline_ns <= now {
+                None
+            } else {
+                Some(self.changed.wait_interruptible_timeout(&mut st, ns_to_jiffies(deadline_ns - now)))
+            };
+            self.unregister_waiter(me);
+            let Some(res) = res else {
+                if progressed {
+                    continue;
+                }
                 return Err(fail(ETIMEDOUT, r::TIMEOUT));
-            }
-            let j = ns_to_jiffies(deadline_ns - now);
-            let slot = self.register_waiter();
-            let res = self.changed.wait_interruptible_timeout(&mut st, j);
-            self.unregister_waiter(slot);
+            };
+            // Whatever woke this task, retire first: the top half skips the bottom half when it
+            // woke a sleeping waiter, which makes this task the one that retires those
+            // completions for everybody (and notifies the other sleepers).
+            self.retire_and_notify(&mut st);
             if let CondVarTimeoutResult::Signal { .. } = res {
                 // Restartable: the deadline is absolute, so the same arguments are right again.
                 return Err(fail(ERESTARTSYS, r::INTERRUPTED));
@@ -1226,33 +1303,84 @@ impl Gpu {
         }
     }
 
-    /// Puts the current task in a free slot of the top half's direct wake-up list (if any).
-    fn register_waiter(&self) -> Option<usize> {
+    /// Makes the current task known to the top half before it looks at the device and sleeps:
+    /// by name in a free slot of the direct wake-up list, or else counted in `sleepers`. A full
+    /// barrier (see the top half).
+    fn register_waiter(&self) -> Waiter {
         // SAFETY: `get_current` returns the running task, valid while it runs.
         let me = unsafe { bindings::get_current() } as usize;
-        self.fast_waiters
-            .iter()
-            .position(|w| w.cmpxchg(0, me, Relaxed).is_ok())
+        match self.fast_waiters.iter().position(|w| w.cmpxchg(0, me, Full).is_ok()) {
+            Some(i) => Waiter::Slot(i),
+            None => {
+                self.sleepers.fetch_add(1, Full);
+                Waiter::Counted
+            }
+        }
     }
 
-    fn unregister_waiter(&self, slot: Option<usize>) {
-        if let Some(w) = slot.and_then(|i| self.fast_waiters.get(i)) {
-            w.store(0, Release);
+    /// Forgets the current task again. A full barrier: the retirement that follows must see
+    /// every completion whose top half still found this task in the slot (and so may have
+    /// skipped the bottom half): the top half reads the slot after acknowledging the interrupt,
+    /// this reads the device's progress after clearing it.
+    fn unregister_waiter(&self, me: Waiter) {
+        match me {
+            Waiter::Slot(i) => {
+                if let Some(w) = self.fast_waiters.get(i) {
+                    w.xchg(0, Full);
+                }
+            }
+            Waiter::Counted => {
+                self.sleepers.fetch_sub(1, Relaxed);
+            }
         }
+    }
+
+    /// Sleeps on `changed` for up to `j` jiffies as a sleeper the top half does not wake by
+    /// name (CTX_DESTROY, a submit waiting for ring space): counted in `sleepers`, so every
+    /// interrupt goes to the bottom half, which notifies. Completions from before it was
+    /// counted are retired first; it then returns as if woken, for the caller to look again.
+    fn sleep_on_changed(&self, st: &mut MutexGuard<'_, Sched>, j: kernel::time::Jiffies) -> CondVarTimeoutResult {
+        let me = self.register_anonymous();
+        let res = if self.retire(st) {
+            self.changed.notify_all();
+            CondVarTimeoutResult::Woken { jiffies: j }
+        } else {
+            self.changed.wait_interruptible_timeout(st, j)
+        };
+        self.unregister_waiter(me);
+        res
+    }
+
+    /// Counts the current task in `sleepers` (a full barrier, as `register_waiter`).
+    fn register_anonymous(&self) -> Waiter {
+        self.sleepers.fetch_add(1, Full);
+        Waiter::Counted
     }
 
     // ---- bottom half, retirement, faults, hangs, recovery ----
 
     /// Retires what the device completed: jobs from each ring's head, fences from the page.
-    fn retire(&self, st: &mut Sched) {
+    /// Returns whether anything was retired (the caller then notifies `changed`, or is the
+    /// bottom half or the watchdog, which always do).
+    fn retire(&self, st: &mut Sched) -> bool {
         if st.lost {
-            return;
+            return false;
         }
         let now = mono_ns();
+        // A job's end for busy time: the interrupt that reported it, when retirement comes
+        // later (it can lag by a watchdog period); its retirement time if that interrupt has
+        // not been handled yet (a WAIT that looked at the device first).
+        let irq = self.last_irq_ns.load(Relaxed);
+        let mut any = false;
         for qi in 0..st.queues.len() {
+            // An idle queue has nothing to retire: no register read (a WAIT does this per
+            // wake-up, and most queues are idle).
+            if st.queues.get(qi).is_none_or(|q| q.jobs.len() == 0) {
+                continue;
+            }
             let head = self.hw.read32(regs::queue_base(qi) + regs::Q_HEAD);
             if head == regs::LOST_READ_VALUE && self.hw.read32(regs::ID) != regs::ID_VALUE {
-                return;
+                return any;
             }
             loop {
                 let Some(q) = st.queues.get_mut(qi) else { break };
@@ -1260,9 +1388,11 @@ impl Gpu {
                     break;
                 }
                 let Some(job) = q.jobs.pop_front() else { break };
+                any = true;
                 q.done += 1;
-                let busy = now.saturating_sub(q.last_retire.max(job.submitted_ns));
-                q.last_retire = now;
+                let end = if irq >= job.submitted_ns { irq.min(now) } else { now };
+                let busy = end.saturating_sub(q.last_retire.max(job.submitted_ns));
+                q.last_retire = q.last_retire.max(end);
                 if let Some(c) = st.clients.get_mut(&job.client) {
                     c.busy_ns += busy;
                 }
@@ -1276,9 +1406,30 @@ impl Gpu {
             if let Some(v) = self.read_fence(c.fence_slot) {
                 if v > c.completed && v <= c.submitted {
                     c.completed = v;
+                    any = true;
                 }
             }
         }
+        any
+    }
+
+    /// [`Gpu::retire`] outside the bottom half and the watchdog: whoever retires tells the
+    /// other sleepers on `changed` (the bottom half may not run for these completions: see the
+    /// top half).
+    fn retire_and_notify(&self, st: &mut Sched) -> bool {
+        let any = self.retire(st);
+        if any {
+            self.changed.notify_all();
+        }
+        any
+    }
+
+    /// The scheduler state with everything the device completed retired: what a reader that
+    /// reports it (debugfs) must see, as retirement is otherwise lazy (see the top half).
+    pub(crate) fn sched_retired(&self) -> MutexGuard<'_, Sched> {
+        let mut st = self.sched.lock();
+        self.retire_and_notify(&mut st);
+        st
     }
 
     fn bottom_half(&self) {
@@ -1289,7 +1440,6 @@ impl Gpu {
         let mut dump = None;
         {
             let mut st = self.sched.lock();
-            st.counters.irqs += 1;
             if st.lost {
                 return;
             }
@@ -1389,17 +1539,21 @@ impl Gpu {
         }
         let mut dump = None;
         let again;
+        let changed;
         {
             let mut st = self.sched.lock();
             if st.lost {
                 st.wd_armed = false;
                 return false;
             }
+            let events = |st: &Sched| (st.counters.faults, st.counters.hangs, st.counters.resets, st.lost);
+            let before = events(&st);
+            let mut retired = false;
             if self.hw.read32(regs::ID) != regs::ID_VALUE {
                 // Off the bus: the reset cannot bring it back, and `recover` says so.
                 self.recover(&mut st);
             } else {
-                self.retire(&mut st);
+                retired = self.retire(&mut st);
                 // A stopped queue whose interrupt was not handled yet (normally the bottom half
                 // is first): handle the fault here rather than let it pass for a hang.
                 let faulted = (0..regs::NUM_QUEUES).any(|q| {
@@ -1415,11 +1569,17 @@ impl Gpu {
             }
             again = !st.lost && st.queues.iter().any(|q| q.jobs.len() > 0);
             st.wd_armed = again;
+            changed = retired || dump.is_some() || events(&st) != before;
             if let Some(d) = dump.take() {
                 dump::publish(self, d);
             }
         }
-        self.changed.notify_all();
+        // Only when something changed: sleepers are woken by the change that concerns them
+        // (retirement, fault, hang, reset, loss), not every watchdog period (which would also
+        // hide a missing notification elsewhere).
+        if changed {
+            self.changed.notify_all();
+        }
         again
     }
 

@@ -8,7 +8,8 @@
  * Reloads the module with job_timeout_ms=1000 hang_debug=1 for its own cases (short stalls stay
  * far from the job timeout; hangs are detected within a second), then puts it back with the given
  * parameters. Cases: submit + wait and the data written, batched submit of many command buffers in
- * one ioctl, cross-queue dependency (a high-priority job after a low-priority one's fence), wait
+ * one ioctl, cross-queue dependency (a high-priority job after a low-priority one's fence), a
+ * waiter woken by the top half retiring for every other sleeper (no bottom half), wait
  * outcomes (timeout, interrupted by a signal then restarted, context lost, device lost),
  * back-pressure (EAGAIN with NO_BLOCK on a full ring, or with every address-space slot held by
  * other files' work), a page fault in one process while another
@@ -23,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -588,6 +590,133 @@ static void test_cross_queue(void)
 	CHECK("contexts-on-queues-by-priority", l && h && strstr(l, "queue=3 prio=low") && strstr(h, "queue=0 prio=high"),
 	      "debugfs contexts:\n%s", q ? q : "(unreadable)");
 	free(q);
+	gpu_close(&g);
+}
+
+/* A WAIT in its own thread. */
+struct waiter {
+	pthread_t t;
+	struct gpu *g;
+	__u32 ctx;
+	__u64 seqno;
+	struct waited w;
+};
+
+static void *waiter_main(void *p)
+{
+	struct waiter *a = p;
+	a->w = wait_for(a->g, a->ctx, a->seqno, 10000);
+	return NULL;
+}
+
+/* A CTX_DESTROY in its own thread (it waits for the context's work). */
+struct destroyer {
+	pthread_t t;
+	struct gpu *g;
+	__u32 ctx;
+	int rc;
+};
+
+static void *destroyer_main(void *p)
+{
+	struct destroyer *a = p;
+	struct drm_aigpu_ctx_destroy cd = { .ctx_id = a->ctx };
+	a->rc = rawioctl(a->g->fd, DRM_IOCTL_AIGPU_CTX_DESTROY, &cd);
+	return NULL;
+}
+
+/*
+ * The top half leaves a completion to the waiter it woke from its sleep, without the bottom half
+ * (debugfs irqs_direct counts those): that waiter must retire everything the device completed,
+ * not only its own fence, and wake the other sleepers. Here W waits on context X, whose job is
+ * held by a flag, and D destroys context Y, which waits for Y's job (D sleeps on the driver's
+ * condition, not in the top half's list). Y's job is released: its interrupt wakes W, and D must
+ * return right then, with X's job still running. Had nobody woken D, it would sleep until the
+ * next change the watchdog sees: X's hang after job_timeout_ms, which bans X.
+ */
+static void test_direct_wake_retires_for_all(void)
+{
+	struct gpu g;
+	__u32 x, y;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_HIGH, &x);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &y);
+	if (r) {
+		fail("direct-wake-retires-for-all", "setup rc=%d", r);
+		return;
+	}
+	volatile uint64_t *flag_x = (volatile uint64_t *)(g.map + 0x10000);
+	volatile uint64_t *flag_y = (volatile uint64_t *)(g.map + 0x10008);
+	*flag_x = 0;
+	*flag_y = 0;
+	__u64 va_x, va_y;
+	uint32_t *a = cmd_alloc(&g, 16, &va_x), *ae = pkt_fill(pkt_wait_mem(a, VA + 0x10000, 1), VA + 0x11000, 64, 7);
+	uint32_t *b = cmd_alloc(&g, 16, &va_y), *be = pkt_fill(pkt_wait_mem(b, VA + 0x10008, 1), VA + 0x12000, 64, 9);
+	struct sub sx = submit1(&g, x, va_x, a, ae, NULL, 0);
+	struct sub sy = submit1(&g, y, va_y, b, be, NULL, 0);
+	struct waiter w = { .g = &g, .ctx = x, .seqno = sx.seqno };
+	struct destroyer d = { .g = &g, .ctx = y, .rc = 1 };
+	int tw = pthread_create(&w.t, NULL, waiter_main, &w);
+	int td = pthread_create(&d.t, NULL, destroyer_main, &d);
+	sleep_ms(100); /* both asleep in the driver */
+	char *st0 = dfs("status");
+	*flag_y = 1;
+	if (td == 0)
+		pthread_join(d.t, NULL);
+	char *st1 = dfs("status");
+	struct drm_aigpu_ctx_state cs;
+	int rs = ctx_state(&g, x, &cs);
+	*flag_x = 1;
+	if (tw == 0)
+		pthread_join(w.t, NULL);
+	long long direct0 = field_of(st0, " irqs_direct="), direct1 = field_of(st1, " irqs_direct=");
+	CHECK("direct-wake-retires-for-all",
+	      sx.rc == 0 && sy.rc == 0 && tw == 0 && td == 0 && d.rc == 0 && rs == 0 &&
+		      cs.reset_status == AIGPU_RESET_NONE && cs.completed_seqno == 0 && w.w.rc == 0 &&
+		      w.w.completed == sx.seqno && direct0 >= 0 && direct1 > direct0,
+	      "submits %d/%d, threads %d/%d, destroy rc=%d, X state rc=%d reset=%u completed=%llu, X wait rc=%d "
+	      "reason=%u completed=%llu, irqs_direct %lld -> %lld",
+	      sx.rc, sy.rc, tw, td, d.rc, rs, cs.reset_status, (unsigned long long)cs.completed_seqno, w.w.rc,
+	      w.w.reason, (unsigned long long)w.w.completed, direct0, direct1);
+	free(st0);
+	free(st1);
+	gpu_close(&g);
+}
+
+/*
+ * Completions nobody waits for are retired lazily (debugfs irqs_lazy counts their interrupts; no
+ * bottom half runs): CTX_STATE still reports the job done, and the file's busy time is about the
+ * job, not the 200 ms it then sat unwaited for. (The watchdog retires within 5 ms while work is
+ * queued, and busy time ends at the interrupt rather than at that retirement; a lag that small is
+ * below what this check can tell under emulation.)
+ */
+static void test_lazy_retirement(void)
+{
+	struct gpu g;
+	__u32 ctx;
+	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "lazy-retirement");
+	if (r)
+		return;
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 3);
+	char *st0 = dfs("status");
+	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	sleep_ms(200);
+	struct drm_aigpu_ctx_state cs;
+	int rs = ctx_state(&g, ctx, &cs);
+	char *st1 = dfs("status"), *cl = dfs("clients");
+	long long lazy0 = field_of(st0, " irqs_lazy="), lazy1 = field_of(st1, " irqs_lazy=");
+	/* The only open file is this one, with its one job; busy_ns ends its line. */
+	const char *line = cl ? strstr(cl, " jobs=1 ") : NULL;
+	long long busy = line ? field_of(line, " busy_ns=") : -1;
+	CHECK("lazy-retirement",
+	      s.rc == 0 && rs == 0 && cs.completed_seqno == s.seqno && lazy0 >= 0 && lazy1 > lazy0 && busy >= 0 &&
+		      busy < 100000000LL,
+	      "submit rc=%d, state rc=%d completed=%llu, irqs_lazy %lld -> %lld, busy_ns %lld\nclients:\n%s", s.rc,
+	      rs, (unsigned long long)cs.completed_seqno, lazy0, lazy1, busy, cl ? cl : "(unreadable)");
+	free(st0);
+	free(st1);
+	free(cl);
 	gpu_close(&g);
 }
 
@@ -1420,6 +1549,8 @@ int main(int argc, char **argv)
 		test_submit_wait();
 		test_batch();
 		test_cross_queue();
+		test_direct_wake_retires_for_all();
+		test_lazy_retirement();
 		test_wait_outcomes();
 		test_ring_full();
 		test_as_slots_busy();
