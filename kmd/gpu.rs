@@ -1311,10 +1311,7 @@ impl Gpu {
         let me = unsafe { bindings::get_current() } as usize;
         match self.fast_waiters.iter().position(|w| w.cmpxchg(0, me, Full).is_ok()) {
             Some(i) => Waiter::Slot(i),
-            None => {
-                self.sleepers.fetch_add(1, Full);
-                Waiter::Counted
-            }
+            None => self.register_anonymous(),
         }
     }
 
@@ -1360,8 +1357,9 @@ impl Gpu {
     // ---- bottom half, retirement, faults, hangs, recovery ----
 
     /// Retires what the device completed: jobs from each ring's head, fences from the page.
-    /// Returns whether anything was retired (the caller then notifies `changed`, or is the
-    /// bottom half or the watchdog, which always do).
+    /// Returns whether anything was retired: the caller notifies `changed` then (the bottom
+    /// half always does, the watchdog when anything changed, the others through
+    /// [`Gpu::retire_and_notify`]).
     fn retire(&self, st: &mut Sched) -> bool {
         if st.lost {
             return false;
