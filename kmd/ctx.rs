@@ -89,20 +89,14 @@ fn read_user_array<T>(addr: u64, n: u32, parse: impl Fn(&[u8]) -> T) -> Result<K
     Ok(out)
 }
 
+// Fixed-size reads (`first_chunk`): a slice `copy_from_slice` is an out-of-line call and a
+// `memcpy` in the kernel's size-optimised build, three per command buffer here.
 fn le32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_le_bytes(w)
+    b.get(at..).and_then(|s| s.first_chunk::<4>()).map_or(0, |c| u32::from_le_bytes(*c))
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        w.copy_from_slice(s);
-    }
-    u64::from_le_bytes(w)
+    b.get(at..).and_then(|s| s.first_chunk::<8>()).map_or(0, |c| u64::from_le_bytes(*c))
 }
 
 /// Where a submit failed.
