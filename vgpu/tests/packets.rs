@@ -157,10 +157,27 @@ fn fill_pattern_across_pages() {
 }
 
 #[test]
+fn tiny_fill_across_a_page() {
+    // The 8-byte path still splits its access at the page boundary.
+    let mut h = setup();
+    h.map(SLOT, DATA_VA, 2 * PAGE, RW);
+    h.write_va(SLOT, DATA_VA + PAGE - 8, &[0x5A; 16]);
+    run_ok(
+        &mut h,
+        &packet::encode_fill(DATA_VA + PAGE - 4, 8, 0x0403_0201),
+    );
+    assert_eq!(
+        h.read_va(SLOT, DATA_VA + PAGE - 8, 16),
+        vec![0x5A, 0x5A, 0x5A, 0x5A, 1, 2, 3, 4, 1, 2, 3, 4, 0x5A, 0x5A, 0x5A, 0x5A]
+    );
+}
+
+#[test]
 fn fill_sizes_around_the_small_buffer() {
-    // Fills of at most 64 bytes take a small buffer, longer ones the 512-byte chunk: both
-    // write exactly `size` bytes of the pattern, nothing before or after.
-    for size in [4u64, 60, 64, 68, 508, 512, 516] {
+    // Fills of at most 8 bytes are written from the pattern itself, of at most 64 bytes from a
+    // small buffer, longer ones through the 512-byte chunk: all write exactly `size` bytes of
+    // the pattern, nothing before or after.
+    for size in [4u64, 8, 12, 60, 64, 68, 508, 512, 516] {
         let mut h = setup();
         h.map(SLOT, DATA_VA, PAGE, RW);
         h.write_va(SLOT, DATA_VA, &[0x5A; 600]);

@@ -283,7 +283,14 @@ fn fill<M: PhysMem + ?Sized>(
     size: u64,
     pattern: u32,
 ) -> Result<(), Fault> {
-    if size <= SMALL_FILL as u64 {
+    if size <= 8 {
+        // A flag or a counter: the pattern's bytes in one access, no buffer to clear and fill
+        // (clearing even the small buffer is a `memset` call in the kernel's size-optimised
+        // build).
+        let w = (u64::from(pattern) | (u64::from(pattern) << 32)).to_le_bytes();
+        let mut tlb = Tlb::new();
+        space.write(&mut tlb, dst, w.get(..size as usize).unwrap_or_default())
+    } else if size <= SMALL_FILL as u64 {
         fill_with::<M, SMALL_FILL>(space, dst, size, pattern)
     } else {
         fill_with::<M, CHUNK>(space, dst, size, pattern)
