@@ -243,6 +243,15 @@ static struct sub submit1(struct gpu *g, __u32 ctx, __u64 va, const uint32_t *p,
 	return submit(g, ctx, &cb, 1, fences, nf, 0);
 }
 
+/* A one-packet job: a 64-byte FILL of `pattern` at VA. */
+static struct sub submit_small_fill(struct gpu *g, __u32 ctx, uint32_t pattern)
+{
+	__u64 va;
+	uint32_t *p = cmd_alloc(g, 8, &va), *e = pkt_fill(p, VA, 64, pattern);
+
+	return submit1(g, ctx, va, p, e, NULL, 0);
+}
+
 struct waited {
 	int rc;
 	__u32 reason;
@@ -697,10 +706,8 @@ static void test_lazy_retirement(void)
 	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "lazy-retirement");
 	if (r)
 		return;
-	__u64 va;
-	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 3);
 	char *st0 = dfs("status");
-	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct sub s = submit_small_fill(&g, ctx, 3);
 	sleep_ms(200);
 	struct drm_aigpu_ctx_state cs;
 	int rs = ctx_state(&g, ctx, &cs);
@@ -1186,10 +1193,8 @@ static void test_debugfs(void)
 	int r = open_with_ctx(&g, AIGPU_PRIORITY_NORMAL, &ctx, "debugfs");
 	if (r)
 		return;
-	__u64 va;
-	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA, 64, 5);
 	char *st0 = dfs("status");
-	struct sub s = submit1(&g, ctx, va, p, e, NULL, 0);
+	struct sub s = submit_small_fill(&g, ctx, 5);
 	wait_for(&g, ctx, s.seqno, 10000);
 	char *st = dfs("status"), *q = dfs("queues"), *c = dfs("clients"), *v = dfs("vm");
 	/* A one-packet command buffer is one device step (its descriptor fetch runs the packet), and
