@@ -36,12 +36,13 @@ done
 
 LOG=$OUT/profile-$MODE.log
 # GUEST_ICOUNT=1: QEMU's instruction-counting clock (as in run-guest.sh), where cpu-clock samples
-# count guest instructions; PROFILE_HZ sets the sampling rate (default 2000).
+# count guest instructions; PROFILE_HZ sets the sampling rate (default 2000); PROFILE_CALLGRAPH=1
+# records call chains too and adds who calls each symbol above 2 % to the report.
 ICOUNT=()
 [ "${GUEST_ICOUNT:-0}" = 1 ] && ICOUNT=(-icount shift=0,sleep=off)
 timeout --kill-after=10 900 qemu-system-x86_64 -accel tcg "${ICOUNT[@]}" -cpu max -m 1024 -smp "${GUEST_SMP:-2}" \
   -nographic -no-reboot -kernel "$KDIR/arch/x86/boot/bzImage" -initrd "$OUT/initramfs-profile.cpio.gz" \
-  -append "console=ttyS0 panic=-1 loglevel=4 aigpu.profile=$MODE aigpu.profile_repeats=$REPEATS aigpu.profile_hz=${PROFILE_HZ:-2000}" \
+  -append "console=ttyS0 panic=-1 loglevel=4 aigpu.profile=$MODE aigpu.profile_repeats=$REPEATS aigpu.profile_hz=${PROFILE_HZ:-2000} aigpu.profile_g=${PROFILE_CALLGRAPH:-0}" \
   </dev/null >"$LOG" 2>&1 || true
 if ! grep -q 'PROFILE: END' "$LOG"; then
   echo "profile-guest: no report (serial log: $LOG)" >&2

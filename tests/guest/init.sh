@@ -57,17 +57,24 @@ if grep -q 'aigpu.profile=' /proc/cmdline; then
   MODE=$(sed -n 's/.*aigpu.profile=\([a-z]*\).*/\1/p' /proc/cmdline)
   REPEATS=$(sed -n 's/.*aigpu.profile_repeats=\([0-9]*\).*/\1/p' /proc/cmdline)
   HZ_=$(sed -n 's/.*aigpu.profile_hz=\([0-9]*\).*/\1/p' /proc/cmdline)
+  # aigpu.profile_g=1: record call chains too, and print who calls the hottest symbols.
+  G=; grep -q 'aigpu.profile_g=1' /proc/cmdline && G=-g
   # Kernel and module symbols for perf report.
   echo 0 > /proc/sys/kernel/kptr_restrict
   echo -1 > /proc/sys/kernel/perf_event_paranoid
   insmod /lib/modules/aigpu.ko $UMD_PARAMS || echo "PROFILE: insmod failed"
   cd /tmp
   UMD_BACKEND=kmd /bin/umd-submit-bench --only "$MODE" --repeats 3
-  UMD_BACKEND=kmd /bin/perf record -q -a -F "${HZ_:-2000}" -o /tmp/perf.data -- \
+  UMD_BACKEND=kmd /bin/perf record -q -a $G -F "${HZ_:-2000}" -o /tmp/perf.data -- \
     /bin/umd-submit-bench --only "$MODE" --repeats "${REPEATS:-20}"
   echo "PROFILE: BEGIN"
   /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,sym 2>/dev/null |
     grep -v '^$' | sed 's/ *$//' | head -100
+  if [ -n "$G" ]; then
+    echo "PROFILE: call chains of the symbols above 2%"
+    /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,sym -g graph,0.5,callee \
+      --percent-limit 2 2>/dev/null | grep -v '^$' | sed 's/ *$//' | head -400
+  fi
   /bin/perf report -i /tmp/perf.data --no-children --stdio --sort comm,dso 2>/dev/null |
     grep -v '^$' | grep '%'
   echo "PROFILE: END"
