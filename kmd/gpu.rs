@@ -1147,22 +1147,21 @@ impl Gpu {
             st.inject_hang = false;
             st.inject_fault = false;
         }
+        // Capacity for all of them was reserved before the lock: `push_within_capacity` cannot
+        // fail, and unlike `push` (an out-of-line call that may allocate) it compiles to stores.
         for (i, cb) in cmdbufs.iter().enumerate() {
             let last = i + 1 == cmdbufs.len();
-            let _ = descs.push(
-                Desc {
-                    kind: ring::DESC_EXEC,
-                    flags: if last { ring::DESC_FLAG_FENCE | ring::DESC_FLAG_IRQ } else { 0 },
-                    as_slot: slot as u32,
-                    cmd_size: cb.size,
-                    cmd_va: cb.va,
-                    fence_pa: if last { self.fence_pa(fence_slot) } else { 0 },
-                    value: if last { seqno } else { 0 },
-                    job_id,
-                    reserved: [0; 2],
-                },
-                GFP_ATOMIC,
-            );
+            let _ = descs.push_within_capacity(Desc {
+                kind: ring::DESC_EXEC,
+                flags: if last { ring::DESC_FLAG_FENCE | ring::DESC_FLAG_IRQ } else { 0 },
+                as_slot: slot as u32,
+                cmd_size: cb.size,
+                cmd_va: cb.va,
+                fence_pa: if last { self.fence_pa(fence_slot) } else { 0 },
+                value: if last { seqno } else { 0 },
+                job_id,
+                reserved: [0; 2],
+            });
         }
         for &(_, s) in deps.iter() {
             if let Some(w) = st.fence_waiters.get_mut(s as usize) {

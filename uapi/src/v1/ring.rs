@@ -52,6 +52,8 @@ impl Desc {
     pub fn write_to(&self, b: &mut [u8; DESC_SIZE]) {
         // Eight fixed-size 8-byte stores: a slice `copy_from_slice` per field was an out-of-line
         // call and a `memcpy` each in the kernel's size-optimised build, ten per command buffer.
+        // The words are iterated by reference: by value (an array `IntoIter`) that build called
+        // `IndexRange::len` out of line for every word.
         let words = [
             u64::from(self.kind) | u64::from(self.flags) << 32,
             u64::from(self.as_slot) | u64::from(self.cmd_size) << 32,
@@ -62,7 +64,7 @@ impl Desc {
             self.reserved[0],
             self.reserved[1],
         ];
-        for (dst, w) in b.as_chunks_mut::<8>().0.iter_mut().zip(words) {
+        for (dst, w) in b.as_chunks_mut::<8>().0.iter_mut().zip(words.iter()) {
             *dst = w.to_le_bytes();
         }
     }
