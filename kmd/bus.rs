@@ -7,8 +7,9 @@
 //! must be turned into a kernel pointer first, and a corrupted entry must never make it touch
 //! arbitrary kernel memory. Hence a registry: every page the driver gives the device is entered
 //! here with its bus address (page-table pages, rings and the fence page: DMA-coherent memory
-//! with a kernel virtual address; the pages of a GEM object while a VM mapping pins them: a
-//! `struct page` mapped with `kmap_local_page` for the access). Anything else is a bus error,
+//! with a kernel virtual address; the pages of a GEM object while a VM mapping pins them: their
+//! direct-map address, or on a HIGHMEM kernel the `struct page`, mapped with `kmap_local_page`
+//! for each access). Anything else is a bus error,
 //! which the device reports as an uncorrectable memory error of the job that made the access.
 //!
 //! Lifetime: an entry is removed before its memory is freed or unpinned, and every access holds
@@ -31,9 +32,12 @@ const PAGE: u64 = 4096;
 /// How the CPU reaches a registered page.
 #[derive(Clone, Copy)]
 enum Target {
-    /// A `struct page` (GEM object pages; mapped with `kmap_local_page` for each access).
+    /// A `struct page` (GEM object pages on a `CONFIG_HIGHMEM` kernel; mapped with
+    /// `kmap_local_page` for each access).
+    #[cfg(CONFIG_HIGHMEM)]
     Page(*mut bindings::page),
-    /// A kernel virtual address of the page's first byte (DMA-coherent memory).
+    /// A kernel virtual address of the page's first byte (DMA-coherent memory, and GEM object
+    /// pages where every page is in the direct map: see `page_target`).
     Kva(*mut u8),
 }
 
@@ -109,6 +113,37 @@ pub(crate) struct Bus {
     map: SpinLock<Registry>,
 }
 
+/// How the device reaches `page`. Without `CONFIG_HIGHMEM` (x86-64, arm64) every page lives in
+/// the kernel's direct map for as long as it is allocated, `kmap_local_page` is `page_address`
+/// and `kunmap_local` does nothing (include/linux/highmem-internal.h): the address is taken once
+/// here, which saves two out-of-line helper calls on every device access (a dozen per command
+/// buffer).
+///
+/// # Safety
+///
+/// `page` is a valid `struct page`.
+#[cfg(not(CONFIG_HIGHMEM))]
+unsafe fn page_target(page: *mut bindings::page) -> Target {
+    // SAFETY: `page` is valid (function contract). Without HIGHMEM this returns the page's
+    // direct-map address, valid until the page is freed (after its `Bus::unregister`, by the
+    // registration contract), and the `kunmap_local` that pairs with it is a no-op.
+    let kva = unsafe { bindings::kmap_local_page(page) };
+    // SAFETY: pairs with the `kmap_local_page` above.
+    unsafe { bindings::kunmap_local(kva) };
+    Target::Kva(kva.cast())
+}
+
+/// How the device reaches `page`: with `CONFIG_HIGHMEM` it may have no permanent kernel
+/// address, so every access maps it (`kmap_local_page`).
+///
+/// # Safety
+///
+/// `page` is a valid `struct page`.
+#[cfg(CONFIG_HIGHMEM)]
+unsafe fn page_target(page: *mut bindings::page) -> Target {
+    Target::Page(page)
+}
+
 impl Bus {
     pub(crate) fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
@@ -153,7 +188,8 @@ impl Bus {
     /// `page` is a valid `struct page` that stays allocated (pinned) until the matching
     /// [`Bus::unregister`] returns.
     pub(crate) unsafe fn register_page(&self, bus: u64, page: *mut bindings::page) -> Result {
-        self.register(bus, Target::Page(page))
+        // SAFETY: the caller's contract.
+        self.register(bus, unsafe { page_target(page) })
     }
 
     /// Drops one registration of the page at `bus`; the device can no longer reach it once the
@@ -188,6 +224,7 @@ impl Bus {
                 // and `off + len <= 4096`.
                 f(unsafe { base.add(off) })
             }
+            #[cfg(CONFIG_HIGHMEM)]
             Target::Page(page) => {
                 // SAFETY: `page` is a registered, pinned page; `kmap_local_page` may be called in
                 // atomic context and is undone below, before the lock is dropped.
@@ -200,6 +237,19 @@ impl Bus {
             }
         }
         Ok(())
+    }
+
+    /// The kernel address of the registered page that holds bus address `pa`, for a reader that
+    /// keeps that page registered by other means for as long as it uses the address (see
+    /// `Vm::read_words`). `None` if it is not registered, and always on a HIGHMEM kernel, whose
+    /// pages are mapped per access.
+    pub(crate) fn page_kva(&self, pa: u64) -> Option<*mut u8> {
+        let mut map = self.map.lock();
+        match map.lookup(pa / PAGE)? {
+            Target::Kva(base) => Some(base),
+            #[cfg(CONFIG_HIGHMEM)]
+            Target::Page(_) => None,
+        }
     }
 
     /// Reads a little-endian u64 at `pa` (for the driver's own use: fences, page walks).
@@ -218,7 +268,7 @@ impl Bus {
 /// # Safety
 ///
 /// `src` is valid for reads and `dst` for writes of `len` bytes; the ranges do not overlap.
-unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     if len > 64 {
         // SAFETY: the caller's contract.
         unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };

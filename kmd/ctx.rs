@@ -19,7 +19,6 @@ use crate::{
         ioctl::{self as u, Cmdbuf, Fence},
         packet, reason, ring,
     },
-    model::mmu::Tlb,
     vm::Vm,
 };
 
@@ -118,7 +117,7 @@ fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> 
         .max()
         .unwrap_or(0);
     let mut words = KVVec::new();
-    let mut tlb = Tlb::new();
+    let mut cache = vm.fetch_cache();
     for (i, cb) in cmdbufs.iter().enumerate() {
         let bad = |r, off: u64| (fail(EINVAL, r), Bad { index: i as u32, offset: off });
         if cb.flags != 0 {
@@ -136,7 +135,7 @@ fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> 
         let Some(w) = words.get_mut(..n_words) else {
             return Err(bad(reason::CMDBUF_BAD, 0));
         };
-        if vm.read_words(cb.va, w, &mut tlb).is_err() {
+        if vm.read_words(cb.va, w, &mut cache).is_err() {
             return Err(bad(reason::CMDBUF_NOT_MAPPED, 0));
         }
         let mut at = 0;

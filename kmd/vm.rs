@@ -163,11 +163,20 @@ impl Vm {
         }
     }
 
+    /// A [`FetchCache`] for reads through this address space while it stays borrowed.
+    pub(crate) fn fetch_cache(&self) -> FetchCache<'_> {
+        FetchCache {
+            tlb: Tlb::new(),
+            page: None,
+            _vm: core::marker::PhantomData,
+        }
+    }
+
     /// Reads `out.len()` u32 words at `va` through this address space, as the device would for a
     /// command fetch (`READ` permission needed). `Err` if any page is not mapped readable.
-    /// `tlb` caches the last page translated: one per submit, so the command buffers of a batch
-    /// that share a page cost one walk (the tables cannot change while the caller holds the VM).
-    pub(crate) fn read_words(&self, va: u64, out: &mut [u32], tlb: &mut Tlb) -> Result<(), ()> {
+    /// `cache` remembers the last page: one per submit, so the command buffers of a batch that
+    /// share a page cost one walk and one registry lookup.
+    pub(crate) fn read_words(&self, va: u64, out: &mut [u32], cache: &mut FetchCache<'_>) -> Result<(), ()> {
         let Some(root) = self.root_pa() else {
             return Err(());
         };
@@ -181,11 +190,29 @@ impl Vm {
         let mut done = 0usize;
         while done < total {
             let cur = va.checked_add(done as u64).ok_or(())?;
-            let pa = tlb.translate(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
-            let in_page = (version::PAGE_SIZE - (cur % version::PAGE_SIZE)) as usize;
-            let n = in_page.min(total - done);
+            let pa = cache.tlb.translate(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
+            let off = (cur % version::PAGE_SIZE) as usize;
+            let n = (version::PAGE_SIZE as usize - off).min(total - done);
             let chunk = bytes.get_mut(done..done + n).ok_or(())?;
-            crate::model::PhysMem::read(&*self.bus, pa, chunk).map_err(|_| ())?;
+            let page_pa = pa - off as u64;
+            let kva = match cache.page {
+                Some((p, kva)) if p == page_pa => Some(kva),
+                _ => {
+                    let kva = self.bus.page_kva(page_pa);
+                    cache.page = kva.map(|k| (page_pa, k));
+                    kva
+                }
+            };
+            match kva {
+                // SAFETY: `kva` is the kernel address of the registered page at `page_pa`, a leaf
+                // of this address space's tables, so one of its mappings registered it; the
+                // mapping cannot go (nor the page be unregistered and unpinned) while `self` is
+                // borrowed, which `cache`'s lifetime outlives no longer (`fetch_cache`).
+                // `off + n <= 4096`; `chunk` is a distinct kernel buffer. User space may write
+                // the page meanwhile, as it may while the device fetches it: plain data.
+                Some(kva) => unsafe { crate::bus::copy_bytes(kva.add(off), chunk.as_mut_ptr(), n) },
+                None => crate::model::PhysMem::read(&*self.bus, pa, chunk).map_err(|_| ())?,
+            }
             done += n;
         }
         for w in out.iter_mut() {
@@ -415,4 +442,16 @@ impl Drop for Vm {
         self.stats.mappings.fetch_sub(self.count as u64, Relaxed);
         self.count = 0;
     }
+}
+
+/// What [`Vm::read_words`] remembers between the command buffers of one submit: the last page
+/// translated, and the CPU address of the last page read (a registry lookup under the bus lock
+/// otherwise, the lock the device thread takes for each of its accesses: a validating submit and
+/// a busy device contended on it). Borrows the `Vm`, whose lock keeps every page of its mappings
+/// registered, so a remembered address cannot outlive the page.
+pub(crate) struct FetchCache<'a> {
+    tlb: Tlb,
+    /// (bus address of the page, its kernel address).
+    page: Option<(u64, *mut u8)>,
+    _vm: core::marker::PhantomData<&'a Vm>,
 }
