@@ -9,19 +9,25 @@
 //! here with its bus address (page-table pages, rings and the fence page: DMA-coherent memory
 //! with a kernel virtual address; the pages of a GEM object while a VM mapping pins them: their
 //! direct-map address, or on a HIGHMEM kernel the `struct page`, mapped with `kmap_local_page`
-//! for each access). Anything else is a bus error,
-//! which the device reports as an uncorrectable memory error of the job that made the access.
+//! for each access). Anything else is a bus error, which the device reports as an uncorrectable
+//! memory error of the job that made the access.
 //!
-//! Lifetime: an entry is removed before its memory is freed or unpinned, and every access holds
-//! the registry lock for the copy, so an access either completes before the removal or fails.
-//! Entries are reference counted (the same page may be mapped at several VAs, or in several
-//! files through PRIME).
+//! Lifetime: an entry is removed before its memory is freed or unpinned, and an access either
+//! completes before the removal returns or fails: the driver's own accesses copy under the
+//! registry lock; the device thread's hit its own cache without a lock, and a removal waits for
+//! the device's round in progress ([`BusMem`], [`Bus::unregister_all`]). Entries are reference
+//! counted (the same page may be mapped at several VAs, or in several files through PRIME).
+
+use core::cell::Cell;
 
 use kernel::{
-    bindings, new_spinlock,
+    bindings, new_mutex, new_spinlock,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{Arc, SpinLock},
+    sync::{
+        atomic::{Acquire, Atomic, Release},
+        Arc, Mutex, MutexGuard, SpinLock,
+    },
 };
 
 use crate::model::{BusError, PhysMem};
@@ -39,6 +45,11 @@ enum Target {
     /// A kernel virtual address of the page's first byte (DMA-coherent memory, and GEM object
     /// pages where every page is in the direct map: see `page_target`).
     Kva(*mut u8),
+    /// A page-table page's kernel virtual address: reached like `Kva`, but never kept in the
+    /// device thread's own lookup cache ([`BusMem`]), so that freeing a table (one by one, as
+    /// the tables of an address space go) never waits for the device (see `Bus::unregister`).
+    /// The device reads tables only on a miss of its translation cache.
+    Table(*mut u8),
 }
 
 struct Entry {
@@ -47,7 +58,8 @@ struct Entry {
 }
 
 // SAFETY: the pointers name pages that stay allocated while the entry exists (registration
-// contract of `Bus::register_*`); they are only dereferenced under the registry lock.
+// contract of `Bus::register_*`); they are dereferenced under the registry lock, or by the device
+// thread within a round that the entry's removal waits for (`BusMem`).
 unsafe impl Send for Entry {}
 
 /// Slots of the lookup cache (a power of two).
@@ -111,6 +123,14 @@ impl Registry {
 pub(crate) struct Bus {
     #[pin]
     map: SpinLock<Registry>,
+    /// Bumped (under `map`) whenever an entry the device thread may hold in its own lookup
+    /// cache (`Kva`) is removed: [`BusMem`] empties its cache when it sees a new value.
+    removals: Atomic<u64>,
+    /// Held by the device thread for each round of steps (`Bus::device_round`), the only time
+    /// it touches memory; an unregistration that may concern its cache waits for it (see
+    /// `Bus::unregister`).
+    #[pin]
+    device: Mutex<()>,
 }
 
 /// How the device reaches `page`. Without `CONFIG_HIGHMEM` (x86-64, arm64) every page lives in
@@ -149,6 +169,8 @@ impl Bus {
         Arc::pin_init(
             pin_init!(Self {
                 map <- new_spinlock!(Registry::new(), "aigpu_bus"),
+                removals: Atomic::new(0),
+                device <- new_mutex!((), "aigpu_bus_device"),
             }),
             GFP_KERNEL,
         )
@@ -181,6 +203,16 @@ impl Bus {
         self.register(bus, Target::Kva(kva))
     }
 
+    /// Registers the page-table page at bus address `bus` (page aligned), reachable by the CPU at
+    /// `kva` (see `Target::Table`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Bus::register_kva`].
+    pub(crate) unsafe fn register_table(&self, bus: u64, kva: *mut u8) -> Result {
+        self.register(bus, Target::Table(kva))
+    }
+
     /// Registers `page` at bus address `bus` (page aligned).
     ///
     /// # Safety
@@ -193,20 +225,59 @@ impl Bus {
     }
 
     /// Drops one registration of the page at `bus`; the device can no longer reach it once the
-    /// last one is gone.
+    /// last one is gone and this returns.
     pub(crate) fn unregister(&self, bus: u64) {
-        let key = bus / PAGE;
-        let mut map = self.map.lock();
-        let remove = match map.tree.get_mut(&key) {
-            Some(e) => {
-                e.refs -= 1;
-                e.refs == 0
+        self.unregister_all(&[bus]);
+    }
+
+    /// [`Bus::unregister`] of each page in `pages`, with at most one wait for the device.
+    ///
+    /// Removing an entry the device thread may have in its own lookup cache (a `Kva` page: GEM
+    /// pages, rings) bumps `removals`, then waits for the device's current round to end (its
+    /// `device` lock): the device uses a cached address only within a round, and checks
+    /// `removals` before each access, so once this returns it can no longer reach the page.
+    /// The wait is the length of a round at most (`hw::ROUND_NS` plus one step), and nothing
+    /// when the device is idle; tables (`Target::Table`) never need it.
+    pub(crate) fn unregister_all(&self, pages: &[u64]) {
+        let mut wait = false;
+        {
+            let mut map = self.map.lock();
+            for bus in pages {
+                let key = bus / PAGE;
+                let remove = match map.tree.get_mut(&key) {
+                    Some(e) => {
+                        e.refs -= 1;
+                        e.refs == 0
+                    }
+                    None => false,
+                };
+                if remove {
+                    map.forget(key);
+                    if let Some(node) = map.tree.remove_node(&key) {
+                        wait |= matches!(node.to_key_value().1.target, Target::Kva(_));
+                    }
+                }
             }
-            None => false,
-        };
-        if remove {
-            map.forget(key);
-            drop(map.tree.remove_node(&key));
+            if wait {
+                self.removals.store(self.removals.load(Acquire).wrapping_add(1), Release);
+            }
+        }
+        if wait {
+            drop(self.device.lock());
+        }
+    }
+
+    /// The device thread holds this for each round of steps (see [`BusMem`]).
+    pub(crate) fn device_round(&self) -> MutexGuard<'_, ()> {
+        self.device.lock()
+    }
+
+    /// The kernel address of the registered page `key` if the device thread may keep it in its
+    /// own cache (a `Kva` page), else `None` (not registered, a table, or a HIGHMEM page).
+    fn device_kva(&self, key: u64) -> Option<*mut u8> {
+        match self.map.lock().lookup(key)? {
+            Target::Kva(base) => Some(base),
+            _ => None,
         }
     }
 
@@ -219,7 +290,7 @@ impl Bus {
         let mut map = self.map.lock();
         let target = map.lookup(pa / PAGE).ok_or(BusError)?;
         match target {
-            Target::Kva(base) => {
+            Target::Kva(base) | Target::Table(base) => {
                 // SAFETY: `base` points to a registered, live 4 KiB page (registration contract)
                 // and `off + len <= 4096`.
                 f(unsafe { base.add(off) })
@@ -247,8 +318,7 @@ impl Bus {
         let mut map = self.map.lock();
         match map.lookup(pa / PAGE)? {
             Target::Kva(base) => Some(base),
-            #[cfg(CONFIG_HIGHMEM)]
-            Target::Page(_) => None,
+            _ => None,
         }
     }
 
@@ -310,15 +380,88 @@ impl PhysMem for Bus {
     }
 }
 
-/// The device model's memory interface: a shared reference to the registry.
-#[derive(Clone)]
-pub(crate) struct BusMem(pub(crate) Arc<Bus>);
+/// The device model's memory interface: the registry, and the device thread's own cache of the
+/// pages it reached last, so that most of its accesses take no lock (three per command buffer
+/// otherwise, each a lock, an unlock and a lockdep hook: out-of-line calls, which an emulator
+/// pays for as translation-block exits, and a spinlock the submitting CPU contends for).
+///
+/// Why a cached address cannot outlive its page: the model (and so this) is used only by the
+/// device thread's rounds, each under `Bus::device_round`; an access first compares
+/// `Bus::removals` with the value the cache was filled under and empties the cache if it moved;
+/// an unregistration bumps it, then waits for the round in progress to end before it returns and
+/// its caller frees or unpins the page. A page removed during a round may still be reached in
+/// that round: before the removal completes, as with the lock.
+pub(crate) struct BusMem {
+    bus: Arc<Bus>,
+    /// `(page key, kernel address)`; key `u64::MAX` is an empty slot.
+    cache: [Cell<(u64, usize)>; DEVICE_CACHE_SLOTS],
+    /// `Bus::removals` when the cache was last emptied.
+    seen: Cell<u64>,
+}
+
+/// Slots of the device thread's cache (a power of two).
+const DEVICE_CACHE_SLOTS: usize = 64;
+
+impl BusMem {
+    pub(crate) fn new(bus: Arc<Bus>) -> Self {
+        let seen = bus.removals.load(Acquire);
+        Self {
+            bus,
+            cache: [const { Cell::new((u64::MAX, 0)) }; DEVICE_CACHE_SLOTS],
+            seen: Cell::new(seen),
+        }
+    }
+
+    /// Runs `f` on a kernel pointer to `[pa, pa + len)` (within one page): from the cache when
+    /// it holds the page, else through the registry (which fills the cache for `Kva` pages).
+    fn access(&self, pa: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), BusError> {
+        let off = (pa % PAGE) as usize;
+        if off + len > PAGE as usize {
+            return Err(BusError);
+        }
+        let removals = self.bus.removals.load(Acquire);
+        if removals != self.seen.get() {
+            for c in self.cache.iter() {
+                c.set((u64::MAX, 0));
+            }
+            self.seen.set(removals);
+        }
+        let key = pa / PAGE;
+        let Some(slot) = self.cache.get(Registry::slot(key)) else {
+            return self.bus.access(pa, len, f);
+        };
+        let (cached, addr) = slot.get();
+        let base = if cached == key {
+            addr as *mut u8
+        } else {
+            match self.bus.device_kva(key) {
+                Some(base) => {
+                    slot.set((key, base as usize));
+                    base
+                }
+                // Tables, HIGHMEM pages and addresses nobody registered: the locked path.
+                None => return self.bus.access(pa, len, f),
+            }
+        };
+        // SAFETY: `base` is the address of a registered `Kva` page, live until its
+        // unregistration returns, which cannot happen before this round ends (see the type's
+        // comment); `off + len <= 4096`.
+        f(unsafe { base.add(off) });
+        Ok(())
+    }
+}
 
 impl PhysMem for BusMem {
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), BusError> {
-        self.0.read(pa, buf)
+        self.access(pa, buf.len(), |p| {
+            // SAFETY: as in `Bus::read`.
+            unsafe { copy_bytes(p, buf.as_mut_ptr(), buf.len()) }
+        })
     }
     fn write(&self, pa: u64, data: &[u8]) -> Result<(), BusError> {
-        self.0.write(pa, data)
+        self.access(pa, data.len(), |p| {
+            // SAFETY: as in `Bus::write`.
+            unsafe { copy_bytes(data.as_ptr(), p, data.len()) }
+        })
     }
 }

@@ -247,7 +247,7 @@ impl Hw {
     /// `IRQ_RAWSTAT` (the driver-visible mask is the register file's; the model's own mask, which
     /// a reset keeps, is all ones).
     fn power_on(bus: &Arc<Bus>) -> Model {
-        let mut d = Device::new(BusMem(bus.clone()), KClock);
+        let mut d = Device::new(BusMem::new(bus.clone()), KClock);
         d.mmio_write32(regs::IRQ_MASK, regs::IRQ_ALL);
         d
     }
@@ -505,6 +505,8 @@ impl Hw {
     /// one hold of the model lock, then the interrupt latch. Returns what the last step did.
     fn run_once(&self) -> Step {
         let mut d = self.model.lock();
+        // The device touches memory only here, under this (see `bus::BusMem`).
+        let _round = self.bus.device_round();
         self.apply_doorbells(&mut d);
         let start = mono_ns();
         // The clock is read every 8 steps only: small steps are cheaper than a clock read under

@@ -59,7 +59,7 @@ impl PtPage {
         let dma = u64::from(table.dma_address());
         // SAFETY: the table is 4 KiB of coherent memory owned by the `PtPage` built below, whose
         // `Drop` unregisters it before `table` is freed.
-        unsafe { bus.register_kva(dma, table.as_mut_ptr().cast::<u8>())? };
+        unsafe { bus.register_table(dma, table.as_mut_ptr().cast::<u8>())? };
         stats.pt_pages.fetch_add(1, Relaxed);
         Ok(Self {
             table,

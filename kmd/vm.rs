@@ -157,9 +157,7 @@ impl Vm {
                 cur += version::PAGE_SIZE;
             }
             hw.invalidate_tlb();
-            for pa in pages.iter().take(n) {
-                bus.unregister(*pa);
-            }
+            bus.unregister_all(pages.get(..n).unwrap_or_default());
         }
     }
 
