@@ -219,8 +219,14 @@ pub struct Access {
     pub write: bool,
 }
 
+/// The u64 in words `i` and `i + 1` (low word first); 0 past the end, which the callers rule
+/// out by checking the packet's length first. Without a panic path the kernel's size-optimised
+/// build inlines it: it was an out-of-line call per operand of every packet decoded.
 fn u64_at(w: &[u32], i: usize) -> u64 {
-    (w[i] as u64) | ((w[i + 1] as u64) << 32)
+    match (w.get(i), w.get(i.wrapping_add(1))) {
+        (Some(&lo), Some(&hi)) => u64::from(lo) | (u64::from(hi) << 32),
+        _ => 0,
+    }
 }
 
 /// `va + len` must stay inside the 48-bit space.
