@@ -309,6 +309,28 @@ fn round_robin_among_equals() {
 }
 
 #[test]
+fn round_robin_skips_a_waiting_equal_and_keeps_its_turn_order() {
+    let mut h = H::new();
+    h.enable_slot(SLOT);
+    for q in 0..3 {
+        h.setup_queue(q, 8, 2);
+    }
+    h.cmdbuf(SLOT, CMD_VA, &[packet::encode_nop()[0]; 2]);
+    h.push(0, &exec_desc(SLOT as u32, CMD_VA, 8, 0, 0, 0, 1));
+    h.push(1, &wait_desc(FENCE_AREA, 1, 2));
+    h.push(2, &exec_desc(SLOT as u32, CMD_VA, 8, 0, 0, 0, 3));
+    // Queue 1's fetch of its WAIT is progress; after that its unmet wait passes the turn to the
+    // next runnable equal (2), and the turn after queue 2 wraps round to queue 0.
+    let t = trace(&mut h, 5);
+    assert_eq!(t, vec![0, 1, 2, 0, 2]);
+    assert_eq!(h.run(), Step::Stalled);
+    assert_eq!(h.qr(1, regs::Q_STATE), regs::QSTATE_WAITING);
+    h.mem().poke_u64(FENCE_AREA, 1);
+    assert_eq!(trace(&mut h, 1), vec![1]);
+    assert_eq!(h.dev.step(), Step::Idle);
+}
+
+#[test]
 fn waiting_high_priority_queue_does_not_block_lower_ones() {
     let mut h = H::new();
     h.enable_slot(SLOT);
@@ -608,6 +630,53 @@ fn translations_outlive_jobs_until_invalidated() {
         (regs::FAULT_UNMAPPED, regs::ACCESS_WRITE, DATA_VA, 7)
     );
     assert_eq!(word(&h, pages[4]), 0x10);
+}
+
+/// The same contract for command fetch, whose last page a queue keeps across command buffers
+/// (its fetch TLB): a command page remapped behind the device's back still runs the old commands;
+/// `MMU_INVALIDATE`, a slot's `AS_PT_BASE` or `AS_CONFIG` write and an engine reset each make the
+/// next command buffer at the same VA run from the new page.
+#[test]
+fn command_fetch_translations_are_dropped_with_the_device_tlb() {
+    let mut h = H::new();
+    h.enable_slot(SLOT);
+    h.setup_queue(0, 16, 1);
+    h.map(SLOT, DATA_VA, PAGE, RW);
+    let size = h.cmdbuf(SLOT, CMD_VA, &packet::encode_fill(DATA_VA, 4, 0xA));
+    let old_page = h.va_to_pa(SLOT, CMD_VA);
+    let new_page = h.alloc_page();
+    let fill_b: Vec<u8> = packet::encode_fill(DATA_VA, 4, 0xB)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    h.mem().poke(new_page, &fill_b);
+    let leaf = h.entry_pa(SLOT, CMD_VA, 0);
+    let point_at = |h: &H, page: u64| h.mem().poke_u64(leaf, vgpu::uapi::pte::page(page, R));
+    let mut job = 0;
+    let mut run = |h: &mut H| {
+        job += 1;
+        h.mem().poke(h.va_to_pa(SLOT, DATA_VA), &[0; 4]);
+        h.push(0, &exec_desc(SLOT as u32, CMD_VA, size, 0, 0, 0, job));
+        assert_eq!(h.run(), Step::Idle);
+        u32::from_le_bytes(h.read_va(SLOT, DATA_VA, 4).try_into().unwrap())
+    };
+    assert_eq!(run(&mut h), 0xA);
+    point_at(&h, new_page);
+    assert_eq!(run(&mut h), 0xA, "no invalidation: the cached command page");
+    h.w32(regs::MMU_INVALIDATE, 1 << SLOT);
+    assert_eq!(run(&mut h), 0xB, "MMU_INVALIDATE");
+    point_at(&h, old_page);
+    let root = h.root(SLOT);
+    h.dev.mmio_write64(regs::as_pt_base(SLOT), root);
+    assert_eq!(run(&mut h), 0xA, "AS_PT_BASE");
+    point_at(&h, new_page);
+    h.w32(regs::as_config(SLOT), regs::AS_ENABLED);
+    assert_eq!(run(&mut h), 0xB, "AS_CONFIG");
+    point_at(&h, old_page);
+    h.w32(regs::RESET, regs::RESET_ENGINE);
+    h.setup_queue(0, 16, 1);
+    assert_eq!(run(&mut h), 0xA, "engine reset");
+    assert_eq!(h.r32(regs::FAULT_STATUS), 0);
 }
 
 /// A device thread's round (`Device::run_round`, what both hosts run): it ends on the interrupt

@@ -96,7 +96,8 @@ pub struct Fetched {
 
 /// Fetches (access type `FETCH`) and decodes the packet at byte `offset` of the command buffer
 /// `[cmd_va, cmd_va + cmd_size)`, with the one decoder the KMD also uses
-/// (`uapi::packet::decode`).
+/// (`uapi::packet::decode`). `tlb` is the queue's fetch TLB: kept across packets and command
+/// buffers of the queue while it stays valid (see `Queue::fetch_tlb`).
 ///
 /// A packet that does not decode (unknown opcode, bad length, undefined flags, bad operand,
 /// running past the end of the buffer, HANG while `hang_enabled` is false) faults with
@@ -108,6 +109,7 @@ pub fn fetch<M: PhysMem + ?Sized>(
     cmd_size: u32,
     offset: u32,
     hang_enabled: bool,
+    tlb: &mut Tlb,
 ) -> Result<Fetched, Fault> {
     let fetch = regs::ACCESS_FETCH;
     let va = cmd_va.checked_add(u64::from(offset)).ok_or(Fault::new(
@@ -116,7 +118,6 @@ pub fn fetch<M: PhysMem + ?Sized>(
         cmd_va,
     ))?;
     let malformed = Fault::new(regs::FAULT_MALFORMED_PACKET, fetch, va);
-    let mut tlb = Tlb::new();
 
     let mut bytes = [0u8; packet::MAX_FIXED_WORDS * 4];
     let remaining = (cmd_size.saturating_sub(offset) / 4) as usize;
@@ -129,12 +130,7 @@ pub fn fetch<M: PhysMem + ?Sized>(
         4,
         core::cmp::min(core::cmp::min(remaining * 4, in_page), bytes.len()),
     );
-    space.read(
-        &mut tlb,
-        va,
-        bytes.get_mut(..first).unwrap_or_default(),
-        fetch,
-    )?;
+    space.read(tlb, va, bytes.get_mut(..first).unwrap_or_default(), fetch)?;
     let h = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     let n = packet::packet_words(h, remaining).map_err(|_| malformed)?;
 
@@ -144,7 +140,7 @@ pub fn fetch<M: PhysMem + ?Sized>(
     } else if n <= packet::MAX_FIXED_WORDS {
         if n * 4 > first {
             let rest = bytes.get_mut(first..n * 4).unwrap_or_default();
-            space.read(&mut tlb, va.wrapping_add(first as u64), rest, fetch)?;
+            space.read(tlb, va.wrapping_add(first as u64), rest, fetch)?;
         }
         n
     } else {

@@ -108,8 +108,8 @@ fn walk_leaf<M: PhysMem + ?Sized>(
 }
 
 /// A one-entry translation cache for one operand of one packet: the last page translated and
-/// the access it was checked for. It lives no longer than the packet; what outlives packets and
-/// descriptors is the device's [`DevTlb`] behind it.
+/// the access it was checked for. It lives no longer than the packet, except a queue's
+/// command-fetch TLB, which is dropped whenever the [`DevTlb`] behind it is invalidated.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tlb {
     /// (VA page number, PA of the page, access type) of the last walk.
@@ -177,6 +177,9 @@ struct DevTlbEntry {
 pub struct DevTlb {
     /// Per set: way 0 (most recently used), way 1.
     sets: [[Cell<DevTlbEntry>; 2]; DEV_TLB_SETS],
+    /// Invalidations so far: a [`Tlb`] kept across packets (a queue's command fetch) is valid
+    /// only while this has not moved since it was filled.
+    generation: Cell<u64>,
 }
 
 impl DevTlb {
@@ -197,8 +200,15 @@ impl DevTlb {
         (h as usize) & (DEV_TLB_SETS - 1)
     }
 
+    /// The invalidation count (see `generation`).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.get()
+    }
+
     /// Drops every translation of the slots whose bit is set in `mask`.
     pub fn invalidate(&self, mask: u32) {
+        self.generation.set(self.generation.get().wrapping_add(1));
         for e in self.sets.iter().flatten() {
             let tag = e.get().tag;
             if tag == 0 {
