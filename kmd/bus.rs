@@ -235,7 +235,7 @@ impl Bus {
     /// Removing an entry the device thread may have in its own lookup cache (a `Kva` page: GEM
     /// pages, rings) bumps `removals`, then waits for the device's current round to end (its
     /// `device` lock): the device uses a cached address only within a round, and checks
-    /// `removals` before each access, so once this returns it can no longer reach the page.
+    /// `removals` when a round begins, so once this returns it can no longer reach the page.
     /// The wait is the length of a round at most (`hw::ROUND_NS` plus one step), and nothing
     /// when the device is idle; tables (`Target::Table`) never need it.
     pub(crate) fn unregister_all(&self, pages: &[u64]) {
@@ -386,11 +386,12 @@ impl PhysMem for Bus {
 /// pays for as translation-block exits, and a spinlock the submitting CPU contends for).
 ///
 /// Why a cached address cannot outlive its page: the model (and so this) is used only by the
-/// device thread's rounds, each under `Bus::device_round`; an access first compares
-/// `Bus::removals` with the value the cache was filled under and empties the cache if it moved;
-/// an unregistration bumps it, then waits for the round in progress to end before it returns and
-/// its caller frees or unpins the page. A page removed during a round may still be reached in
-/// that round: before the removal completes, as with the lock.
+/// device thread's rounds, each under `Bus::device_round`, which starts with
+/// [`BusMem::begin_round`]: it compares `Bus::removals` with the value the cache was filled under
+/// and empties the cache if it moved; an unregistration bumps it, then waits for the round in
+/// progress to end before it returns and its caller frees or unpins the page. A page removed
+/// during a round may still be reached in that round: before the removal completes, as with the
+/// lock. (Once per round, not per access: a kernel atomic load is an out-of-line helper call.)
 pub(crate) struct BusMem {
     bus: Arc<Bus>,
     /// `(page key, kernel address)`; key `u64::MAX` is an empty slot.
@@ -412,19 +413,24 @@ impl BusMem {
         }
     }
 
-    /// Runs `f` on a kernel pointer to `[pa, pa + len)` (within one page): from the cache when
-    /// it holds the page, else through the registry (which fills the cache for `Kva` pages).
-    fn access(&self, pa: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), BusError> {
-        let off = (pa % PAGE) as usize;
-        if off + len > PAGE as usize {
-            return Err(BusError);
-        }
+    /// Called by the device thread at the start of each round, under `Bus::device_round`:
+    /// forgets every cached page if a page was removed since the cache was filled.
+    pub(crate) fn begin_round(&self) {
         let removals = self.bus.removals.load(Acquire);
         if removals != self.seen.get() {
             for c in self.cache.iter() {
                 c.set((u64::MAX, 0));
             }
             self.seen.set(removals);
+        }
+    }
+
+    /// Runs `f` on a kernel pointer to `[pa, pa + len)` (within one page): from the cache when
+    /// it holds the page, else through the registry (which fills the cache for `Kva` pages).
+    fn access(&self, pa: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), BusError> {
+        let off = (pa % PAGE) as usize;
+        if off + len > PAGE as usize {
+            return Err(BusError);
         }
         let key = pa / PAGE;
         let Some(slot) = self.cache.get(Registry::slot(key)) else {

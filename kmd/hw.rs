@@ -507,6 +507,7 @@ impl Hw {
         let mut d = self.model.lock();
         // The device touches memory only here, under this (see `bus::BusMem`).
         let _round = self.bus.device_round();
+        d.mem().begin_round();
         self.apply_doorbells(&mut d);
         let start = mono_ns();
         // The clock is read every 8 steps only: small steps are cheaper than a clock read under
