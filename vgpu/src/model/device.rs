@@ -119,7 +119,10 @@ struct Queue {
     /// were a tenth of a one-packet command buffer's cost under emulation. Part of the device's
     /// translation cache (hw-spec §5): invalidated with it.
     fetch_tlb: Tlb,
-    /// (slot, `AS_PT_BASE`, `DevTlb::generation`) `fetch_tlb` was filled under.
+    /// The data TLB of the packets with one memory operand (FILL, TIMESTAMP, FENCE, WAIT_MEM:
+    /// see `exec::execute`), kept the same way.
+    data_tlb: Tlb,
+    /// (slot, `AS_PT_BASE`, `DevTlb::generation`) `fetch_tlb` and `data_tlb` were filled under.
     fetch_tag: (u32, u64, u64),
 }
 
@@ -610,7 +613,7 @@ impl State {
                     pt_base: active.pt_base,
                     tlb,
                 };
-                match exec::execute(&space, clock, &packet) {
+                match exec::execute(&space, clock, &packet, &mut Tlb::new()) {
                     Ok(Outcome::Waiting) => return false,
                     Ok(_) => {
                         self.set_wait(q, Wait::None);
@@ -654,34 +657,35 @@ impl State {
         };
         if queue.fetch_tag != tag {
             queue.fetch_tlb = Tlb::new();
+            queue.data_tlb = Tlb::new();
             queue.fetch_tag = tag;
         }
-        let fetched = exec::fetch(
+        // A fault of the fetch or of the execution is handled alike (at the packet's offset).
+        let done = exec::fetch(
             &space,
             desc.cmd_va,
             desc.cmd_size,
             offset,
             hang_enabled,
             &mut queue.fetch_tlb,
-        );
-        let fetched = match fetched {
-            Ok(f) => f,
-            Err(f) => return self.fault(q, f, desc.job_id, desc.as_slot, offset),
-        };
-        match exec::execute(&space, clock, &fetched.packet) {
-            Ok(Outcome::Done) => self.advance(q, fetched.bytes, bus),
-            Ok(Outcome::FenceIrq) => {
+        )
+        .and_then(|f| {
+            exec::execute(&space, clock, &f.packet, &mut queue.data_tlb).map(|outcome| (f, outcome))
+        });
+        match done {
+            Ok((f, Outcome::Done)) => self.advance(q, f.bytes, bus),
+            Ok((f, Outcome::FenceIrq)) => {
                 self.raise(regs::IRQ_FENCE);
-                self.advance(q, fetched.bytes, bus);
+                self.advance(q, f.bytes, bus);
             }
-            Ok(Outcome::Waiting) => self.set_wait(
+            Ok((f, Outcome::Waiting)) => self.set_wait(
                 q,
                 Wait::Mem {
-                    packet: fetched.packet,
-                    bytes: fetched.bytes,
+                    packet: f.packet,
+                    bytes: f.bytes,
                 },
             ),
-            Ok(Outcome::Hang) => {
+            Ok((_, Outcome::Hang)) => {
                 if let Some(queue) = self.queues.get_mut(q) {
                     queue.hung = true;
                 }

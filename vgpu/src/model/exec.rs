@@ -179,17 +179,20 @@ pub enum Outcome {
 }
 
 /// Executes one decoded packet in `space`, reading the time from `clock`. On a fault nothing of
-/// the packet is guaranteed to have been written (hw-spec §7).
+/// the packet is guaranteed to have been written (hw-spec §7). `tlb` serves the packets with one
+/// memory operand (FILL, TIMESTAMP, FENCE, WAIT_MEM): the queue's data TLB, kept across packets
+/// like its fetch TLB; COPY, GEMM and ELTWISE keep one per operand for the packet.
 pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
     space: &Space<'_, M>,
     clock: &C,
     packet: &Packet,
+    tlb: &mut Tlb,
 ) -> Result<Outcome, Fault> {
     match *packet {
         Packet::Nop { .. } => Ok(Outcome::Done),
         Packet::Copy { src, dst, size } => copy(space, src, dst, size).map(|()| Outcome::Done),
         Packet::Fill { dst, size, pattern } => {
-            fill(space, dst, size, pattern).map(|()| Outcome::Done)
+            fill(space, tlb, dst, size, pattern).map(|()| Outcome::Done)
         }
         Packet::Gemm {
             a,
@@ -228,11 +231,11 @@ pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
         } => eltwise(space, op, count, a, b, dst, scale, shift).map(|()| Outcome::Done),
         Packet::Timestamp { dst } => {
             let now = clock.now_ns();
-            space.write(&mut Tlb::new(), dst, &now.to_le_bytes())?;
+            space.write(tlb, dst, &now.to_le_bytes())?;
             Ok(Outcome::Done)
         }
         Packet::Fence { dst, value, irq } => {
-            space.write(&mut Tlb::new(), dst, &value.to_le_bytes())?;
+            space.write(tlb, dst, &value.to_le_bytes())?;
             Ok(if irq {
                 Outcome::FenceIrq
             } else {
@@ -241,7 +244,7 @@ pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
         }
         Packet::WaitMem { addr, value } => {
             let mut b = [0u8; 8];
-            space.read(&mut Tlb::new(), addr, &mut b, regs::ACCESS_READ)?;
+            space.read(tlb, addr, &mut b, regs::ACCESS_READ)?;
             Ok(if u64::from_le_bytes(b) >= value {
                 Outcome::Done
             } else {
@@ -278,6 +281,7 @@ fn copy<M: PhysMem + ?Sized>(
 /// 512 bytes of pattern for 4 of them was most of a one-packet job's cost under emulation.
 fn fill<M: PhysMem + ?Sized>(
     space: &Space<'_, M>,
+    tlb: &mut Tlb,
     dst: u64,
     size: u64,
     pattern: u32,
@@ -287,12 +291,11 @@ fn fill<M: PhysMem + ?Sized>(
         // (clearing even the small buffer is a `memset` call in the kernel's size-optimised
         // build).
         let w = (u64::from(pattern) | (u64::from(pattern) << 32)).to_le_bytes();
-        let mut tlb = Tlb::new();
-        space.write(&mut tlb, dst, w.get(..size as usize).unwrap_or_default())
+        space.write(tlb, dst, w.get(..size as usize).unwrap_or_default())
     } else if size <= SMALL_FILL as u64 {
-        fill_with::<M, SMALL_FILL>(space, dst, size, pattern)
+        fill_with::<M, SMALL_FILL>(space, tlb, dst, size, pattern)
     } else {
-        fill_with::<M, CHUNK>(space, dst, size, pattern)
+        fill_with::<M, CHUNK>(space, tlb, dst, size, pattern)
     }
 }
 
@@ -302,6 +305,7 @@ const SMALL_FILL: usize = 64;
 /// FILL through an `N`-byte buffer of the pattern (`N` a multiple of 4).
 fn fill_with<M: PhysMem + ?Sized, const N: usize>(
     space: &Space<'_, M>,
+    tlb: &mut Tlb,
     dst: u64,
     size: u64,
     pattern: u32,
@@ -317,12 +321,11 @@ fn fill_with<M: PhysMem + ?Sized, const N: usize>(
     {
         *w = word;
     }
-    let mut tlb = Tlb::new();
     let mut done = 0u64;
     while done < size {
         let n = core::cmp::min(N as u64, size - done) as usize;
         space.write(
-            &mut tlb,
+            tlb,
             dst.wrapping_add(done),
             buf.get(..n).unwrap_or_default(),
         )?;
