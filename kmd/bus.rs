@@ -312,7 +312,7 @@ impl Bus {
 
     /// The kernel address of the registered page that holds bus address `pa`, for a reader that
     /// keeps that page registered by other means for as long as it uses the address (see
-    /// `Vm::read_words`). `None` if it is not registered, and always on a HIGHMEM kernel, whose
+    /// `vm::FetchCache`). `None` if it is not registered, and always on a HIGHMEM kernel, whose
     /// pages are mapped per access.
     pub(crate) fn page_kva(&self, pa: u64) -> Option<*mut u8> {
         let mut map = self.map.lock();

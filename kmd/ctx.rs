@@ -135,7 +135,7 @@ fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> 
         let Some(w) = words.get_mut(..n_words) else {
             return Err(bad(reason::CMDBUF_BAD, 0));
         };
-        if vm.read_words(cb.va, w, &mut cache).is_err() {
+        if cache.read_words(cb.va, w).is_err() {
             return Err(bad(reason::CMDBUF_NOT_MAPPED, 0));
         }
         let mut at = 0;

@@ -161,62 +161,15 @@ impl Vm {
         }
     }
 
-    /// A [`FetchCache`] for reads through this address space while it stays borrowed.
+    /// A [`FetchCache`] for reads through this address space while it stays borrowed (one per
+    /// submit: the command buffers of a batch that share a page cost one walk and one registry
+    /// lookup).
     pub(crate) fn fetch_cache(&self) -> FetchCache<'_> {
         FetchCache {
+            vm: self,
             tlb: Tlb::new(),
             page: None,
-            _vm: core::marker::PhantomData,
         }
-    }
-
-    /// Reads `out.len()` u32 words at `va` through this address space, as the device would for a
-    /// command fetch (`READ` permission needed). `Err` if any page is not mapped readable.
-    /// `cache` remembers the last page: one per submit, so the command buffers of a batch that
-    /// share a page cost one walk and one registry lookup.
-    pub(crate) fn read_words(&self, va: u64, out: &mut [u32], cache: &mut FetchCache<'_>) -> Result<(), ()> {
-        let Some(root) = self.root_pa() else {
-            return Err(());
-        };
-        // The words are read as bytes straight into `out` (no staging buffer to clear and copy:
-        // under emulation both cost a command buffer's validation more than the decode), then
-        // put in CPU order.
-        let total = out.len() * 4;
-        // SAFETY: `out` is `total` bytes of initialised memory, any byte pattern is a valid `u32`,
-        // and the byte view is the only access to `out` while it lives.
-        let bytes = unsafe { core::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), total) };
-        let mut done = 0usize;
-        while done < total {
-            let cur = va.checked_add(done as u64).ok_or(())?;
-            let pa = cache.tlb.translate(&*self.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
-            let off = (cur % version::PAGE_SIZE) as usize;
-            let n = (version::PAGE_SIZE as usize - off).min(total - done);
-            let chunk = bytes.get_mut(done..done + n).ok_or(())?;
-            let page_pa = pa - off as u64;
-            let kva = match cache.page {
-                Some((p, kva)) if p == page_pa => Some(kva),
-                _ => {
-                    let kva = self.bus.page_kva(page_pa);
-                    cache.page = kva.map(|k| (page_pa, k));
-                    kva
-                }
-            };
-            match kva {
-                // SAFETY: `kva` is the kernel address of the registered page at `page_pa`, a leaf
-                // of this address space's tables, so one of its mappings registered it; the
-                // mapping cannot go (nor the page be unregistered and unpinned) while `self` is
-                // borrowed, which `cache`'s lifetime outlives no longer (`fetch_cache`).
-                // `off + n <= 4096`; `chunk` is a distinct kernel buffer. User space may write
-                // the page meanwhile, as it may while the device fetches it: plain data.
-                Some(kva) => unsafe { crate::bus::copy_bytes(kva.add(off), chunk.as_mut_ptr(), n) },
-                None => crate::model::PhysMem::read(&*self.bus, pa, chunk).map_err(|_| ())?,
-            }
-            done += n;
-        }
-        for w in out.iter_mut() {
-            *w = u32::from_le(*w);
-        }
-        Ok(())
     }
 
     /// One `vm` debugfs line per mapping, then the page-table page count.
@@ -442,14 +395,65 @@ impl Drop for Vm {
     }
 }
 
-/// What [`Vm::read_words`] remembers between the command buffers of one submit: the last page
-/// translated, and the CPU address of the last page read (a registry lookup under the bus lock
-/// otherwise, the lock the device thread takes for each of its accesses: a validating submit and
-/// a busy device contended on it). Borrows the `Vm`, whose lock keeps every page of its mappings
-/// registered, so a remembered address cannot outlive the page.
+/// Reads through one address space for SUBMIT's validation, remembering between the command
+/// buffers of one submit the last page translated and the CPU address of the last page read (a
+/// registry lookup under the bus lock otherwise, the lock the device thread takes for its misses:
+/// a validating submit and a busy device contended on it). Holds the `Vm` borrowed, and the VM
+/// lock keeps every page of its mappings registered, so a remembered address cannot outlive its
+/// page.
 pub(crate) struct FetchCache<'a> {
+    vm: &'a Vm,
     tlb: Tlb,
     /// (bus address of the page, its kernel address).
     page: Option<(u64, *mut u8)>,
-    _vm: core::marker::PhantomData<&'a Vm>,
+}
+
+impl FetchCache<'_> {
+    /// Reads `out.len()` u32 words at `va` through the address space, as the device would for a
+    /// command fetch (`READ` permission needed). `Err` if any page is not mapped readable.
+    pub(crate) fn read_words(&mut self, va: u64, out: &mut [u32]) -> Result<(), ()> {
+        let vm = self.vm;
+        let Some(root) = vm.root_pa() else {
+            return Err(());
+        };
+        // The words are read as bytes straight into `out` (no staging buffer to clear and copy:
+        // under emulation both cost a command buffer's validation more than the decode), then
+        // put in CPU order.
+        let total = out.len() * 4;
+        // SAFETY: `out` is `total` bytes of initialised memory, any byte pattern is a valid `u32`,
+        // and the byte view is the only access to `out` while it lives.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), total) };
+        let mut done = 0usize;
+        while done < total {
+            let cur = va.checked_add(done as u64).ok_or(())?;
+            let pa = self.tlb.translate(&*vm.bus, root, cur, crate::uapi::regs::ACCESS_FETCH).map_err(|_| ())?;
+            let off = (cur % version::PAGE_SIZE) as usize;
+            let n = (version::PAGE_SIZE as usize - off).min(total - done);
+            let chunk = bytes.get_mut(done..done + n).ok_or(())?;
+            let page_pa = pa - off as u64;
+            let kva = match self.page {
+                Some((p, kva)) if p == page_pa => Some(kva),
+                _ => {
+                    let kva = vm.bus.page_kva(page_pa);
+                    self.page = kva.map(|k| (page_pa, k));
+                    kva
+                }
+            };
+            match kva {
+                // SAFETY: `kva` is the kernel address of the registered page at `page_pa`, a leaf
+                // of `vm`'s tables, so one of its mappings registered it; no mapping can go (nor
+                // its pages be unregistered and unpinned) while `vm` is borrowed, as it is for as
+                // long as `self` lives. `off + n <= 4096`; `chunk` is a distinct kernel buffer.
+                // User space may write the page meanwhile, as it may while the device fetches it:
+                // plain data.
+                Some(kva) => unsafe { crate::bus::copy_bytes(kva.add(off), chunk.as_mut_ptr(), n) },
+                None => crate::model::PhysMem::read(&*vm.bus, pa, chunk).map_err(|_| ())?,
+            }
+            done += n;
+        }
+        for w in out.iter_mut() {
+            *w = u32::from_le(*w);
+        }
+        Ok(())
+    }
 }
