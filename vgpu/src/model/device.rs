@@ -114,7 +114,7 @@ struct Queue {
     done_count: u32,
     /// The command-fetch TLB: the last page this queue fetched packets from, kept across
     /// packets and command buffers (batches of command buffers come from a few pages), valid
-    /// while `fetch_tag` matches (same slot and table, no invalidation of the device's
+    /// while `tlb_tag` matches (same slot and table, no invalidation of the device's
     /// translation cache since): a hit skips the [`DevTlb`] lookup, whose hash and tag checks
     /// were a tenth of a one-packet command buffer's cost under emulation. Part of the device's
     /// translation cache (hw-spec §5): invalidated with it.
@@ -123,7 +123,7 @@ struct Queue {
     /// see `exec::execute`), kept the same way.
     data_tlb: Tlb,
     /// (slot, `AS_PT_BASE`, `DevTlb::generation`) `fetch_tlb` and `data_tlb` were filled under.
-    fetch_tag: (u32, u64, u64),
+    tlb_tag: (u32, u64, u64),
 }
 
 impl Queue {
@@ -655,10 +655,10 @@ impl State {
         let Some(queue) = self.queues.get_mut(q) else {
             return;
         };
-        if queue.fetch_tag != tag {
+        if queue.tlb_tag != tag {
             queue.fetch_tlb = Tlb::new();
             queue.data_tlb = Tlb::new();
-            queue.fetch_tag = tag;
+            queue.tlb_tag = tag;
         }
         // A fault of the fetch or of the execution is handled alike (at the packet's offset).
         let done = exec::fetch(
