@@ -272,13 +272,25 @@ impl Bus {
         self.device.lock()
     }
 
-    /// The kernel address of the registered page `key` if the device thread may keep it in its
-    /// own cache (a `Kva` page), else `None` (not registered, a table, or a HIGHMEM page).
-    fn device_kva(&self, key: u64) -> Option<*mut u8> {
-        match self.map.lock().lookup(key)? {
-            Target::Kva(base) => Some(base),
-            _ => None,
+    /// A miss of the device thread's cache, under one hold of the lock: a `Kva` page's address
+    /// is returned for that cache (the caller copies, outside the lock); any other registered
+    /// page (a table, a HIGHMEM page) is accessed here, under the lock (`Ok(None)`); an
+    /// unregistered address is a bus error. `off + len <= 4096` is the caller's to check.
+    fn device_miss(
+        &self,
+        key: u64,
+        off: usize,
+        f: &mut impl FnMut(*mut u8),
+    ) -> Result<Option<*mut u8>, BusError> {
+        let mut map = self.map.lock();
+        let target = map.lookup(key).ok_or(BusError)?;
+        if let Target::Kva(base) = target {
+            return Ok(Some(base));
         }
+        // SAFETY: `target` is registered and stays so while the lock is held; the caller
+        // checked `off + len <= 4096` for the `len` that `f` touches.
+        unsafe { access_target(target, off, f) };
+        Ok(None)
     }
 
     /// Runs `f` on a kernel pointer to `[pa, pa + len)`, which must lie in one registered page.
@@ -289,24 +301,9 @@ impl Bus {
         }
         let mut map = self.map.lock();
         let target = map.lookup(pa / PAGE).ok_or(BusError)?;
-        match target {
-            Target::Kva(base) | Target::Table(base) => {
-                // SAFETY: `base` points to a registered, live 4 KiB page (registration contract)
-                // and `off + len <= 4096`.
-                f(unsafe { base.add(off) })
-            }
-            #[cfg(CONFIG_HIGHMEM)]
-            Target::Page(page) => {
-                // SAFETY: `page` is a registered, pinned page; `kmap_local_page` may be called in
-                // atomic context and is undone below, before the lock is dropped.
-                let base = unsafe { bindings::kmap_local_page(page) }.cast::<u8>();
-                // SAFETY: `base` maps the whole page and `off + len <= 4096`.
-                f(unsafe { base.add(off) });
-                // SAFETY: pairs with the `kmap_local_page` above (the only local mapping made
-                // here, so unmapping is in reverse order).
-                unsafe { bindings::kunmap_local(base.cast()) };
-            }
-        }
+        // SAFETY: `target` is registered and stays so while the lock is held; `off + len <=
+        // 4096` was checked above.
+        unsafe { access_target(target, off, f) };
         Ok(())
     }
 
@@ -327,6 +324,33 @@ impl Bus {
         let mut b = [0u8; 8];
         self.read(pa, &mut b).ok()?;
         Some(u64::from_le_bytes(b))
+    }
+}
+
+/// Runs `f` on a kernel pointer `off` bytes into the page `target` names.
+///
+/// # Safety
+///
+/// `target` is a registered entry's target that stays registered until this returns (the
+/// registry lock is held), and `f` touches at most `4096 - off` bytes from its pointer.
+unsafe fn access_target(target: Target, off: usize, f: impl FnOnce(*mut u8)) {
+    match target {
+        Target::Kva(base) | Target::Table(base) => {
+            // SAFETY: `base` points to a registered, live 4 KiB page (registration contract),
+            // and `f` stays within it (function contract).
+            f(unsafe { base.add(off) })
+        }
+        #[cfg(CONFIG_HIGHMEM)]
+        Target::Page(page) => {
+            // SAFETY: `page` is a registered, pinned page; `kmap_local_page` may be called in
+            // atomic context and is undone below, before the caller drops the lock.
+            let base = unsafe { bindings::kmap_local_page(page) }.cast::<u8>();
+            // SAFETY: `base` maps the whole page, and `f` stays within it.
+            f(unsafe { base.add(off) });
+            // SAFETY: pairs with the `kmap_local_page` above (the only local mapping made here,
+            // so unmapping is in reverse order).
+            unsafe { bindings::kunmap_local(base.cast()) };
+        }
     }
 }
 
@@ -430,7 +454,7 @@ impl BusMem {
 
     /// Runs `f` on a kernel pointer to `[pa, pa + len)` (within one page): from the cache when
     /// it holds the page, else through the registry (which fills the cache for `Kva` pages).
-    fn access(&self, pa: u64, len: usize, f: impl FnOnce(*mut u8)) -> Result<(), BusError> {
+    fn access(&self, pa: u64, len: usize, mut f: impl FnMut(*mut u8)) -> Result<(), BusError> {
         let off = (pa % PAGE) as usize;
         if off + len > PAGE as usize {
             return Err(BusError);
@@ -443,13 +467,14 @@ impl BusMem {
         let base = if cached == key {
             addr as *mut u8
         } else {
-            match self.bus.device_kva(key) {
+            // One lock hold: a `Kva` page comes back for the cache; tables, HIGHMEM pages (done
+            // under the lock) and unregistered addresses (a bus error) do not.
+            match self.bus.device_miss(key, off, &mut f)? {
                 Some(base) => {
                     slot.set((key, base as usize));
                     base
                 }
-                // Tables, HIGHMEM pages and addresses nobody registered: the locked path.
-                None => return self.bus.access(pa, len, f),
+                None => return Ok(()),
             }
         };
         // SAFETY: `base` is the address of a registered `Kva` page, live until its

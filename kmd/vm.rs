@@ -430,7 +430,7 @@ impl FetchCache<'_> {
             let off = (cur % version::PAGE_SIZE) as usize;
             let n = (version::PAGE_SIZE as usize - off).min(total - done);
             let chunk = bytes.get_mut(done..done + n).ok_or(())?;
-            let page_pa = pa - off as u64;
+            let page_pa = pa & !(version::PAGE_SIZE - 1);
             let kva = match self.page {
                 Some((p, kva)) if p == page_pa => Some(kva),
                 _ => {
