@@ -91,83 +91,35 @@ pub fn read(host: &Host, path: &str) -> Result<ModInfo, String> {
     })
 }
 
-/// The `key=value` strings of an ELF file's `.modinfo` section.
+/// The `key=value` strings of an ELF file's `.modinfo` section (ELF parsing: the `object`
+/// crate, 32- or 64-bit, either byte order).
 pub fn modinfo_section(d: &[u8]) -> Result<Vec<(String, String)>, String> {
-    if d.len() < 64 || &d[..4] != b"\x7fELF" {
-        return Err("not an ELF file".into());
+    use object::read::elf::{ElfFile32, ElfFile64};
+    use object::{Endianness, FileKind, Object, ObjectSection};
+    fn section<'a>(f: &impl Object<'a>) -> Result<&'a [u8], String> {
+        f.section_by_name(".modinfo")
+            .ok_or("no .modinfo section (not a kernel module?)")?
+            .data()
+            .map_err(|_| "truncated .modinfo section".to_string())
     }
-    let is64 = match d[4] {
-        1 => false,
-        2 => true,
-        _ => return Err("unknown ELF class".into()),
-    };
-    let le = match d[5] {
-        1 => true,
-        2 => false,
-        _ => return Err("unknown ELF byte order".into()),
-    };
-    let rd = |off: usize, n: usize| -> Result<u64, String> {
-        let b = off
-            .checked_add(n)
-            .and_then(|end| d.get(off..end))
-            .ok_or_else(|| "truncated ELF file".to_string())?;
-        let mut v: u64 = 0;
-        for i in 0..n {
-            let byte = if le { b[n - 1 - i] } else { b[i] } as u64;
-            v = (v << 8) | byte;
+    let sec = match FileKind::parse(d) {
+        Ok(FileKind::Elf32) => {
+            section(&ElfFile32::<Endianness>::parse(d).map_err(|e| format!("bad ELF file: {e}"))?)?
         }
-        Ok(v)
-    };
-    let (shoff, shentsize, shnum, shstrndx) = if is64 {
-        (rd(0x28, 8)?, rd(0x3a, 2)?, rd(0x3c, 2)?, rd(0x3e, 2)?)
-    } else {
-        (rd(0x20, 4)?, rd(0x2e, 2)?, rd(0x30, 2)?, rd(0x32, 2)?)
-    };
-    let sh = |i: u64| -> Result<(u64, u64, u64), String> {
-        let base = i
-            .checked_mul(shentsize)
-            .and_then(|x| x.checked_add(shoff))
-            .and_then(|x| usize::try_from(x).ok())
-            .ok_or("bad ELF section header offset")?;
-        if is64 {
-            Ok((rd(base, 4)?, rd(base + 0x18, 8)?, rd(base + 0x20, 8)?))
-        } else {
-            Ok((rd(base, 4)?, rd(base + 0x10, 4)?, rd(base + 0x14, 4)?))
+        Ok(FileKind::Elf64) => {
+            section(&ElfFile64::<Endianness>::parse(d).map_err(|e| format!("bad ELF file: {e}"))?)?
         }
+        _ => return Err("not an ELF file".into()),
     };
-    if shstrndx >= shnum {
-        return Err("no section name table".into());
-    }
-    let range = |off: u64, size: u64| -> Option<std::ops::Range<usize>> {
-        let start = usize::try_from(off).ok()?;
-        Some(start..start.checked_add(usize::try_from(size).ok()?)?)
-    };
-    let (_, stroff, strsize) = sh(shstrndx)?;
-    let strtab = range(stroff, strsize)
-        .and_then(|r| d.get(r))
-        .ok_or("truncated ELF file")?;
-    for i in 0..shnum {
-        let (name, off, size) = sh(i)?;
-        let n = strtab
-            .get(name as usize..)
-            .and_then(|s| s.split(|&b| b == 0).next())
-            .unwrap_or(b"");
-        if n == b".modinfo" {
-            let sec = range(off, size)
-                .and_then(|r| d.get(r))
-                .ok_or("truncated .modinfo section")?;
-            return Ok(sec
-                .split(|&b| b == 0)
-                .filter(|s| !s.is_empty())
-                .filter_map(|s| {
-                    let t = String::from_utf8_lossy(s);
-                    t.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                })
-                .collect());
-        }
-    }
-    Err("no .modinfo section (not a kernel module?)".into())
+    Ok(sec
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let t = String::from_utf8_lossy(s);
+            t.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,4 +1,12 @@
-//! Small helpers shared by the tools: UTC time formatting and parsing, byte sizes.
+//! Small helpers shared by the tools: UTC time formatting and parsing (jiff), byte sizes
+//! (bytesize), durations.
+//!
+//! Kept by hand here: `Wall` itself (seconds and microseconds, the resolution libumd logs and
+//! the kernel's crash dumps write; a plain `Copy` value the views and tests compare), `age` and
+//! `ns` (two one-line formats of this tool's own screen output, nothing a crate would agree
+//! on). libumd's own RFC 3339 writer and byte-size parsers (`umd/src/util.rs`,
+//! `umd/src/log/config.rs`, `umd/src/memory/pool/config.rs`) are libumd's and not shared with
+//! the tools.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,23 +38,18 @@ impl Wall {
 
     /// `2026-11-29T02:13:07.123456Z`.
     pub fn rfc3339(&self) -> String {
-        let (y, mo, d, h, mi, s) = self.fields();
-        format!(
-            "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:06}Z",
-            self.us
-        )
+        let t = self.civil();
+        format!("{}.{:06}Z", t.strftime("%Y-%m-%dT%H:%M:%S"), self.us)
     }
 
     /// `2026-11-29 02:13:07 UTC`.
     pub fn human(&self) -> String {
-        let (y, mo, d, h, mi, s) = self.fields();
-        format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
+        self.civil().strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
     }
 
     /// `02:13:07`.
     pub fn hms(&self) -> String {
-        let (_, _, _, h, mi, s) = self.fields();
-        format!("{h:02}:{mi:02}:{s:02}")
+        self.civil().strftime("%H:%M:%S").to_string()
     }
 
     /// `02:13:07.123456`.
@@ -56,108 +59,67 @@ impl Wall {
 
     /// `20261129T021307Z` (for file names).
     pub fn compact(&self) -> String {
-        let (y, mo, d, h, mi, s) = self.fields();
-        format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
+        self.civil().strftime("%Y%m%dT%H%M%SZ").to_string()
     }
 
-    fn fields(&self) -> (i64, u32, u32, i64, i64, i64) {
-        let days = self.secs.div_euclid(86_400);
-        let rem = self.secs.rem_euclid(86_400);
-        let (y, m, d) = civil_from_days(days);
-        (y, m, d, rem / 3600, (rem / 60) % 60, rem % 60)
+    /// The civil time in UTC (jiff; out of its range, -9999..=9999, the nearest end).
+    fn civil(&self) -> jiff::civil::DateTime {
+        let ts = jiff::Timestamp::new(self.secs, 0).unwrap_or(if self.secs < 0 {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        });
+        jiff::tz::Offset::UTC.to_datetime(ts)
     }
 
-    /// Parses `2026-11-29T02:13:07.123456Z` (any number of fraction digits, or none; `Z` or
-    /// `+00:00`; a space instead of `T` is accepted).
+    /// Parses RFC 3339 (`2026-11-29T02:13:07.123456Z`: any number of fraction digits, or none;
+    /// `Z` or an offset such as `+01:00`). Also accepted, because libumd's text and the
+    /// tools' own screen output write them: a space instead of `T`, and no offset or ` UTC`
+    /// meaning UTC. The parsing itself is jiff's.
     pub fn parse(s: &str) -> Option<Wall> {
         let s = s.trim();
         let b = s.as_bytes();
-        if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
+        // jiff also reads ISO 8601 forms that are not RFC 3339 (basic format, no seconds):
+        // keep to the extended form with seconds.
+        if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
             return None;
         }
-        let num = |r: std::ops::Range<usize>| -> Option<i64> {
-            let t = s.get(r)?;
-            if !t.bytes().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            t.parse().ok()
+        let s = s.strip_suffix(" UTC").unwrap_or(s);
+        let tail = &s[19..];
+        let tail = tail
+            .strip_prefix('.')
+            .map(|f| f.trim_start_matches(|c: char| c.is_ascii_digit()))
+            .unwrap_or(tail);
+        let ts: jiff::Timestamp = if tail.is_empty() {
+            format!("{s}Z").parse().ok()?
+        } else {
+            s.parse().ok()?
         };
-        let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-        let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
-            return None;
+        let (mut secs, mut ns) = (ts.as_second(), ts.subsec_nanosecond());
+        if ns < 0 {
+            // Before 1970 jiff's fraction is negative; Wall's is not.
+            secs -= 1;
+            ns += 1_000_000_000;
         }
-        let mut rest = &s[19..];
-        let mut us = 0u32;
-        if let Some(frac) = rest.strip_prefix('.') {
-            let n = frac.bytes().take_while(|c| c.is_ascii_digit()).count();
-            if n == 0 {
-                return None;
-            }
-            let digits = &frac[..n];
-            let mut v: u32 = 0;
-            for (i, c) in digits.bytes().take(6).enumerate() {
-                v += (c - b'0') as u32 * 10u32.pow(5 - i as u32);
-            }
-            us = v;
-            rest = &frac[n..];
-        }
-        let offset: i64 = match rest {
-            "Z" | "z" | "" | " UTC" => 0,
-            o if (o.starts_with('+') || o.starts_with('-')) && o.len() == 6 => {
-                let sign = if o.starts_with('-') { -1 } else { 1 };
-                let hh: i64 = o.get(1..3)?.parse().ok()?;
-                let mm: i64 = o.get(4..6)?.parse().ok()?;
-                sign * (hh * 3600 + mm * 60)
-            }
-            _ => return None,
-        };
-        let days = days_from_civil(y, mo as u32, d as u32);
         Some(Wall {
-            secs: days * 86_400 + h * 3600 + mi * 60 + sec - offset,
-            us,
+            secs,
+            us: (ns / 1000) as u32,
         })
     }
 }
 
-/// (year, month, day) of `days` since 1970-01-01 (H. Hinnant's algorithm).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// Days since 1970-01-01 of a civil date.
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// `1.0 MiB`, `512 B`, `2.5 GiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
+    bytesize::ByteSize::b(n).display().iec().to_string()
+}
+
+/// Parses a byte size as people write it: `4096`, `64KiB`, `1.5 MiB`, `2G` (bytesize: `K`,
+/// `M`, `G` are powers of 1000, `KiB`, `MiB`, `GiB` of 1024).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    s.trim()
+        .parse::<bytesize::ByteSize>()
+        .ok()
+        .map(|b| b.as_u64())
 }
 
 /// A duration in seconds as `3.2 s`, `4 min 10 s`, `2 h 5 min`.
@@ -209,6 +171,12 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1 << 20), "1.0 MiB");
         assert_eq!(bytes(268_435_456), "256.0 MiB");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(parse_bytes("64KiB"), Some(65_536));
+        assert_eq!(parse_bytes("1.5 MiB"), Some(1_572_864));
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("lots"), None);
         assert_eq!(ns(912_000), "0.912 ms");
         assert_eq!(age(3_200_000), "3.2 s");
         assert_eq!(age(250_000_000), "4 min 10 s");
