@@ -51,6 +51,9 @@ fn pack(kind: Kind, gen: u64, index: usize) -> u64 {
 
 struct Slot<T> {
     gen: u64,
+    /// The fork generation the object was created in (`crate::fork`): a child process sees the
+    /// parent's objects in its copy of the table, and must not use them.
+    fork_gen: u64,
     obj: Option<Arc<T>>,
 }
 
@@ -78,12 +81,17 @@ impl<T> Table<T> {
         let index = match reuse {
             Some(i) => i,
             None => {
-                slots.push(Slot { gen: 1, obj: None });
+                slots.push(Slot {
+                    gen: 1,
+                    fork_gen: 0,
+                    obj: None,
+                });
                 slots.len() - 1
             }
         };
         let slot = &mut slots[index];
         slot.obj = Some(obj);
+        slot.fork_gen = crate::fork::generation();
         pack(self.kind, slot.gen, index)
     }
 
@@ -94,6 +102,9 @@ impl<T> Table<T> {
         let slot = &slots[index];
         let gen = (handle >> 32) & GEN_MASK;
         match &slot.obj {
+            Some(_) if slot.gen == gen && slot.fork_gen != crate::fork::generation() => {
+                Err(self.inherited(handle))
+            }
             Some(o) if slot.gen == gen => Ok(o.clone()),
             _ if gen < slot.gen => Err(self.err(handle, "was destroyed")),
             _ => Err(self.err(
@@ -109,6 +120,10 @@ impl<T> Table<T> {
         let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         let slot = &mut slots[index];
         let gen = (handle >> 32) & GEN_MASK;
+        if slot.gen == gen && slot.obj.is_some() && slot.fork_gen != crate::fork::generation() {
+            // Never destroyed from the child: that would act on the parent's objects.
+            return Err(self.inherited(handle));
+        }
         if slot.gen != gen || slot.obj.is_none() {
             drop(slots);
             return Err(match self.get(handle) {
@@ -132,12 +147,15 @@ impl<T> Table<T> {
         Ok(obj)
     }
 
-    /// All live objects (for teardown and reports).
+    /// All live objects of this process (for teardown and reports; a forked child's copies of
+    /// its parent's objects are not among them).
     pub fn live(&self) -> Vec<(u64, Arc<T>)> {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let fork_gen = crate::fork::generation();
         slots
             .iter()
             .enumerate()
+            .filter(|(_, s)| s.fork_gen == fork_gen)
             .filter_map(|(i, s)| {
                 s.obj
                     .as_ref()
@@ -168,6 +186,20 @@ impl<T> Table<T> {
             ));
         }
         Ok(index)
+    }
+
+    #[track_caller]
+    fn inherited(&self, handle: u64) -> UmdError {
+        let parent = match crate::fork::parent_pid() {
+            0 => "the parent process".to_string(),
+            p => format!("the parent process (pid {p})"),
+        };
+        self.err(
+            handle,
+            &format!(
+                "was created by {parent} before fork(): a forked child cannot use its parent's devices, contexts, buffers or command buffers; open the device again in the child (umdDeviceOpen) and create new objects"
+            ),
+        )
     }
 
     #[track_caller]

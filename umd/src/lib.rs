@@ -12,6 +12,7 @@ pub mod context;
 pub mod device;
 pub mod errmap;
 pub mod error;
+pub mod fork;
 pub mod handle;
 pub mod log;
 pub mod memory;

@@ -1,7 +1,7 @@
 //! Helpers shared by the `log_*` tests (included with `#[path]`; as its own test target it has
 //! no tests). The log pipeline is process-global and configured from the environment, so each
 //! scenario runs in a child process: the test re-executes its own binary for exactly one test
-//! with `UMD_LOG_TEST_CHILD=1` and the scenario's environment, and checks what the child wrote.
+//! with `UMD_TEST_LOG_CHILD=1` and the scenario's environment, and checks what the child wrote.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 /// True inside the child process.
 pub fn is_child() -> bool {
-    std::env::var_os("UMD_LOG_TEST_CHILD").is_some()
+    std::env::var_os("UMD_TEST_LOG_CHILD").is_some()
 }
 
 /// A fresh empty directory under the system temp dir.
@@ -31,7 +31,7 @@ pub fn run_child(test: &str, envs: &[(&str, &str)]) -> Output {
             c.env_remove(k);
         }
     }
-    c.env("UMD_LOG_TEST_CHILD", "1");
+    c.env("UMD_TEST_LOG_CHILD", "1");
     c.env("UMD_BACKEND", "sim");
     if !envs.iter().any(|(k, _)| *k == "UMD_LOG_SIGNALS") {
         c.env("UMD_LOG_SIGNALS", "0");

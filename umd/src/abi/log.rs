@@ -141,11 +141,17 @@ pub extern "C" fn umdLogSetLevel(module: *const c_char, level: i32, sinks: u32) 
             )
         })?;
         let module = opt_str(module, "module")?;
-        if let Some(m) = module {
+        if let Some(m) = module.map(str::trim).filter(|m| !m.is_empty()) {
             if m.contains([',', '=', '[', ' ']) {
                 return Err(UmdError::new(
                     umdResult::UMD_ERR_LOG_BAD_FILTER,
                     format!("module '{m}' is not a module path (no ',', '=', '[' or spaces); use umdLogSetFilter for a whole filter."),
+                ));
+            }
+            if !log::targets::known(m) {
+                return Err(UmdError::new(
+                    umdResult::UMD_ERR_LOG_BAD_FILTER,
+                    format!("module '{m}' matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim); nothing changed."),
                 ));
             }
         }
@@ -249,11 +255,15 @@ pub extern "C" fn umdLogGetFilePath(
     needed: *mut usize,
 ) -> umdResult {
     guard("umdLogGetFilePath", || {
-        let p = log::file_path().ok_or_else(|| {
-            UmdError::new(
-                umdResult::UMD_ERR_LOG_IO,
-                "no log file is open (the file sink is down or not started).",
-            )
+        if buf.is_null() && size != 0 {
+            return Err(super::null("buf"));
+        }
+        let p = log::file_path_wait(Duration::from_secs(1)).ok_or_else(|| {
+            let why = match log::stats().file_ok {
+                false => "the file sink is down: see the console's 'log file sink down' record for why (directory, permissions, disk)",
+                true => "the log writer did not open it within 1 s",
+            };
+            UmdError::new(umdResult::UMD_ERR_LOG_IO, format!("no log file is open: {why}."))
         })?;
         copy_string(&p.display().to_string(), buf, size, needed)?;
         Ok(umdResult::UMD_SUCCESS)

@@ -26,6 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Runs an API call: panics and errors become result codes with a recorded detail.
 pub(crate) fn guard(function: &'static str, f: impl FnOnce() -> UmdResult<umdResult>) -> umdResult {
     crate::log::ensure_init();
+    crate::fork::install();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => fail(function, e),

@@ -12,9 +12,9 @@ use tracing_subscriber::filter::LevelFilter;
 /// What a caller does when the queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Overflow {
-    /// Wait for room up to this long, then drop (counted). The default.
+    /// Wait for room up to this long, then drop (counted): `UMD_LOG_OVERFLOW=block`.
     Block(Duration),
-    /// Drop at once (counted).
+    /// Drop at once (counted). The default: logging never makes the driver wait.
     Drop,
 }
 
@@ -51,7 +51,69 @@ pub struct Config {
     /// Install the fatal-signal handlers.
     pub signals: bool,
     /// Variables that were ignored, to be logged once the pipeline runs.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
+}
+
+/// A variable that was ignored, and why (logged once at WARN with `variable=<name>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The variable's name.
+    pub variable: String,
+    /// The whole sentence.
+    pub text: String,
+}
+
+/// Every environment variable libumd reads (docs/logging.md, docs/libumd.md). A set variable
+/// of one of its families (`UMD_LOG*`, `UMD_SIM*`, `UMD_POOL*`, `UMD_BACK*`) that is not
+/// here is a typo and is said once; `umd/tests/env_names.rs` keeps this list equal to the names
+/// the sources read.
+pub const VARIABLES: &[&str] = &[
+    "UMD_BACKEND",
+    "UMD_LOG",
+    "UMD_LOG_BLOCK_MS",
+    "UMD_LOG_CONSOLE",
+    "UMD_LOG_CONSOLE_FORMAT",
+    "UMD_LOG_DIR",
+    "UMD_LOG_ERROR_FLUSH_MS",
+    "UMD_LOG_FILE",
+    "UMD_LOG_FILE_FORMAT",
+    "UMD_LOG_FLUSH_MS",
+    "UMD_LOG_FORMAT",
+    "UMD_LOG_MAX_BYTES",
+    "UMD_LOG_MAX_FILES",
+    "UMD_LOG_MAX_RUNS",
+    "UMD_LOG_OVERFLOW",
+    "UMD_LOG_QUEUE",
+    "UMD_LOG_RETRY_MS",
+    "UMD_LOG_RING",
+    "UMD_LOG_SIGNALS",
+    "UMD_LOG_TSC",
+    "UMD_POOL",
+    "UMD_POOL_HISTORY",
+    "UMD_POOL_RELEASE_THRESHOLD",
+    "UMD_SIM_DEVICES",
+    "UMD_SIM_HANG_DEBUG",
+    "UMD_SIM_JOB_TIMEOUT_MS",
+    "UMD_SIM_MEM_MIB",
+];
+
+const FAMILIES: &[&str] = &["UMD_LOG", "UMD_SIM", "UMD_POOL", "UMD_BACK"];
+
+/// Set variables that look like libumd's but are not: (name, the closest real one).
+pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<(String, &'static str)> {
+    let mut v: Vec<(String, &'static str)> = names
+        .filter(|n| FAMILIES.iter().any(|f| n.starts_with(f)) && !VARIABLES.contains(&n.as_str()))
+        .map(|n| {
+            let closest = VARIABLES
+                .iter()
+                .copied()
+                .min_by_key(|k| strsim::levenshtein(k, &n))
+                .unwrap_or("UMD_LOG");
+            (n, closest)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// Default file size limit (seed 000 §3.2: 128 MB).
@@ -86,23 +148,41 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
 impl Config {
     /// The configuration from `UMD_LOG*` variables (see docs/logging.md for the list).
     pub fn from_env() -> Config {
-        let mut warnings = Vec::new();
-        // A filter variable: None when unset or invalid (then with a warning).
-        let mut filter = |name: &str| -> Option<Filter> {
+        let mut warnings: Vec<Warning> = Vec::new();
+        let mut warn = |variable: &str, text: String| {
+            warnings.push(Warning {
+                variable: variable.to_string(),
+                text,
+            })
+        };
+        for (name, closest) in
+            unknown_variables(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+        {
+            warn(
+                &name,
+                format!("{name} is not a variable libumd reads and is ignored (did you mean {closest}? the variables are listed in docs/libumd.md)"),
+            );
+        }
+        // A filter variable: None when unset or invalid (then with a warning). A bad filter
+        // leaves that sink at its default: a typo never turns logging off.
+        let mut filter = |name: &str, default: &str| -> Option<Filter> {
             let v = var(name)?;
             match Filter::parse(&v) {
                 Ok(f) => Some(f),
                 Err(e) => {
-                    warnings.push(format!("{name} ignored: {e}"));
+                    warn(
+                        name,
+                        format!("{name} ignored: {e}; using the default ({default})"),
+                    );
                     None
                 }
             }
         };
-        let both = filter("UMD_LOG");
-        let console = filter("UMD_LOG_CONSOLE")
+        let both = filter("UMD_LOG", "console warn, file info");
+        let console = filter("UMD_LOG_CONSOLE", "warn")
             .or_else(|| both.clone())
             .unwrap_or_else(|| Filter::level(LevelFilter::WARN));
-        let file = filter("UMD_LOG_FILE")
+        let file = filter("UMD_LOG_FILE", "info")
             .or(both)
             .unwrap_or_else(|| Filter::level(LevelFilter::INFO));
 
@@ -112,7 +192,7 @@ impl Config {
                 Some(v) => match parse_bytes(&v) {
                     Some(n) if (min..=max).contains(&n) => n,
                     _ => {
-                        warnings.push(format!(
+                        warn(name, format!(
                             "{name}='{v}' ignored: expected a number from {min} to {max}; using {default}"
                         ));
                         default
@@ -126,7 +206,9 @@ impl Config {
         let queue = num("UMD_LOG_QUEUE", DEFAULT_QUEUE as u64, 1, 1 << 22) as usize;
         let block_ms = num("UMD_LOG_BLOCK_MS", 100, 0, 60_000);
         let flush_ms = num("UMD_LOG_FLUSH_MS", 1000, 1, 3_600_000);
-        let error_flush_ms = num("UMD_LOG_ERROR_FLUSH_MS", 250, 0, 60_000);
+        // 0: an ERROR never waits for the disk; the emergency ring holds it at once and the
+        // writer, woken by it, writes it to the file within about a millisecond.
+        let error_flush_ms = num("UMD_LOG_ERROR_FLUSH_MS", 0, 0, 60_000);
         let retry_ms = num("UMD_LOG_RETRY_MS", 5000, 1, 3_600_000);
         let ring = num(
             "UMD_LOG_RING",
@@ -139,7 +221,10 @@ impl Config {
             match var(name) {
                 None => Format::Text,
                 Some(v) => Format::parse(&v).unwrap_or_else(|| {
-                    warnings.push(format!("{name}='{v}' ignored: expected text or json"));
+                    warn(
+                        name,
+                        format!("{name}='{v}' ignored: expected text or json; using text"),
+                    );
                     Format::Text
                 }),
             }
@@ -155,16 +240,27 @@ impl Config {
         };
 
         let overflow = match var("UMD_LOG_OVERFLOW").as_deref().map(str::trim) {
-            None | Some("block") => Overflow::Block(Duration::from_millis(block_ms)),
-            Some("drop") => Overflow::Drop,
+            None | Some("drop") => Overflow::Drop,
+            Some("block") => Overflow::Block(Duration::from_millis(block_ms)),
             Some(v) => {
-                warnings.push(format!(
-                    "UMD_LOG_OVERFLOW='{v}' ignored: expected block or drop; using block"
-                ));
-                Overflow::Block(Duration::from_millis(block_ms))
+                warn(
+                    "UMD_LOG_OVERFLOW",
+                    format!("UMD_LOG_OVERFLOW='{v}' ignored: expected drop or block; using drop"),
+                );
+                Overflow::Drop
             }
         };
-        let signals = !matches!(var("UMD_LOG_SIGNALS").as_deref(), Some("0" | "off" | "no"));
+        let signals = match var("UMD_LOG_SIGNALS").as_deref().map(str::trim) {
+            None | Some("1" | "on" | "yes") => true,
+            Some("0" | "off" | "no") => false,
+            Some(v) => {
+                warn(
+                    "UMD_LOG_SIGNALS",
+                    format!("UMD_LOG_SIGNALS='{v}' ignored: expected 0 or 1; the fatal-signal hook stays on"),
+                );
+                true
+            }
+        };
         let (dir, dir_is_default) = match var("UMD_LOG_DIR") {
             Some(d) => (PathBuf::from(d), false),
             None => (default_dir(), true),

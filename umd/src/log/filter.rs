@@ -18,27 +18,70 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Parses a filter; the error says what is wrong.
+    /// Parses a filter; the error says which directive is wrong and why. Every directive is
+    /// checked on its own, so no form is silently taken for something else: a bare word must be
+    /// a level (`verbose` is not, and `Targets` would take it for a target and turn everything
+    /// else off), a `target=level` pair needs a target that some libumd module starts with
+    /// ([`super::targets::known`]) and a level, and at most one bare default level is given.
     pub fn parse(spec: &str) -> Result<Filter, String> {
         let spec = spec.trim();
         if spec.is_empty() {
             return Ok(Filter::from_targets(Targets::new()));
         }
-        if spec.contains('[') || spec.contains('{') {
-            return Err(format!(
-                "log filter '{spec}': span and field filters ([...]) are not supported; use target=level pairs"
-            ));
+        let bad = |d: &str, why: String| {
+            Err(format!(
+                "log filter '{spec}': directive '{d}' {why} (expected e.g. 'warn,umd::memory=debug'; levels: {LEVELS})"
+            ))
+        };
+        let mut cleaned: Vec<String> = Vec::new();
+        let mut default_seen: Option<&str> = None;
+        for d in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if d.contains(['[', '{', ']', '}']) {
+                return bad(
+                    d,
+                    "is a span or field filter ([...]), which is not supported; use target=level pairs".into(),
+                );
+            }
+            match d.split_once('=') {
+                None => {
+                    if parse_level(d).is_none() {
+                        return bad(d, "is neither a level nor a target=level pair".into());
+                    }
+                    if let Some(first) = default_seen {
+                        return bad(
+                            d,
+                            format!("is a second default level (after '{first}'); give one"),
+                        );
+                    }
+                    default_seen = Some(d);
+                    cleaned.push(d.to_ascii_lowercase());
+                }
+                Some((t, l)) => {
+                    let (t, l) = (t.trim(), l.trim());
+                    if t.is_empty() {
+                        return bad(d, "has no target before '='".into());
+                    }
+                    if t.contains(|c: char| c.is_whitespace() || c == '=') || l.contains('=') {
+                        return bad(d, "is not one target=level pair".into());
+                    }
+                    if parse_level(l).is_none() {
+                        return bad(d, format!("has the unknown level '{l}'"));
+                    }
+                    if !super::targets::known(t) {
+                        return bad(
+                            d,
+                            format!(
+                                "names '{t}', which matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim)"
+                            ),
+                        );
+                    }
+                    cleaned.push(format!("{t}={}", l.to_ascii_lowercase()));
+                }
+            }
         }
-        let cleaned: Vec<&str> = spec
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
         Targets::from_str(&cleaned.join(","))
             .map(Filter::from_targets)
-            .map_err(|e| {
-                format!("log filter '{spec}': {e} (expected e.g. 'warn,umd::mem=debug'; levels: off error warn info debug trace)")
-            })
+            .map_err(|e| format!("log filter '{spec}': {e} (expected e.g. 'warn,umd::memory=debug'; levels: {LEVELS})"))
     }
 
     /// A filter with only a default level.
@@ -106,6 +149,18 @@ impl std::fmt::Display for Filter {
     }
 }
 
+/// The level names a filter accepts, for messages.
+const LEVELS: &str = "off error warn info debug trace";
+
+/// A level name (any case) or number 0..5, as in the `RUST_LOG` syntax.
+/// (`LevelFilter::from_str` takes "" for ERROR, which would make `umd::memory=` mean error.)
+fn parse_level(s: &str) -> Option<LevelFilter> {
+    if s.is_empty() {
+        return None;
+    }
+    LevelFilter::from_str(s).ok()
+}
+
 fn level_str(l: LevelFilter) -> &'static str {
     match l {
         LevelFilter::OFF => "off",
@@ -151,6 +206,30 @@ mod tests {
         let d = h.with_module(None, LevelFilter::TRACE);
         assert!(d.enabled("x", &Level::TRACE));
         assert!(Filter::parse("umd=loud").is_err());
+        for bad in [
+            "verbose",
+            "umd::memroy=debug",
+            "tokio=debug",
+            "=debug",
+            "umd::memory=",
+            "debug,info",
+            "umd::memory=debug=trace",
+            "umd memory=debug",
+            "umd::memory=debug]",
+        ] {
+            let e = Filter::parse(bad).expect_err(bad);
+            assert!(e.contains("directive '"), "{bad}: {e}");
+        }
+        assert_eq!(
+            Filter::parse("verbose").unwrap_err(),
+            "log filter 'verbose': directive 'verbose' is neither a level nor a target=level pair (expected e.g. 'warn,umd::memory=debug'; levels: off error warn info debug trace)"
+        );
+        assert_eq!(
+            Filter::parse(" WARN , umd::mem = DEBUG ,")
+                .unwrap()
+                .to_string(),
+            "umd::mem=debug,warn"
+        );
         assert!(Filter::parse("umd[{ctx}]=debug").is_err());
         assert_eq!(Filter::parse("").unwrap().to_string(), "off");
     }

@@ -24,12 +24,15 @@
 
 pub mod clock;
 pub mod config;
+mod console;
 pub mod filter;
 pub mod format;
+pub mod limit;
 pub mod record;
 pub mod ring;
 pub mod rotate;
 mod signals;
+pub mod targets;
 mod writer;
 
 use config::{Config, Overflow};
@@ -168,20 +171,28 @@ fn init_slow() {
     }
     let cfg = Config::from_env();
     let new_filters = start(&cfg);
-    STATE.store(READY, Ordering::Release);
+    // The subscriber is installed before READY is published: the writer waits for the end of
+    // INITING (READY, or SHUTDOWN when the process exits first) before it logs about itself, so
+    // its own notices reach a subscriber, and nothing waits for a state that may never come.
     if !SUBSCRIBER_SET.swap(true, Ordering::AcqRel) {
         if tracing::dispatcher::set_global_default(tracing::Dispatch::new(UmdSubscriber)).is_err() {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
+            console::write_direct(
                 b"umd: another tracing subscriber is installed; libumd's log pipeline stays idle\n",
             );
         }
     } else if new_filters {
         tracing::callsite::rebuild_interest_cache();
     }
+    let _ = STATE.compare_exchange(INITING, READY, Ordering::AcqRel, Ordering::Acquire);
     for w in &cfg.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(variable = w.variable.as_str(), "{}", w.text);
     }
+}
+
+/// True once the pipeline's set-up is over (running, or already shut down): the writer thread
+/// waits for this before its first look at the queue.
+pub(crate) fn init_over() -> bool {
+    STATE.load(Ordering::Acquire) != INITING
 }
 
 /// Starts the writer; true when the filters were (re)set from the environment (false after a
@@ -223,8 +234,7 @@ fn start(cfg: &Config) -> bool {
             PIPE.store(Box::into_raw(p), Ordering::Release);
         }
         Err(e) => {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
+            console::write_direct(
                 format!("umd: cannot start the log writer thread ({e}); only the emergency ring records\n").as_bytes(),
             );
         }
@@ -436,6 +446,19 @@ pub fn file_path() -> Option<PathBuf> {
     FILE_PATH.lock().ok().and_then(|g| g.clone())
 }
 
+/// The active log file, waiting up to `timeout` for the writer to open it (right after start-up
+/// the writer thread may not have run yet). None when the file sink is down.
+pub fn file_path_wait(timeout: Duration) -> Option<PathBuf> {
+    ensure_init();
+    if let Some(p) = file_path() {
+        return Some(p);
+    }
+    // The writer opens the file before it takes its first message: once a flush is answered,
+    // the path is set unless opening failed.
+    let _ = flush(timeout, false);
+    file_path()
+}
+
 /// Writes the emergency ring to `umd-blackbox-<pid>-<time>.log`; the path or why not.
 pub fn dump_blackbox(reason: &str) -> Result<String, String> {
     ensure_init();
@@ -612,8 +635,12 @@ fn enqueue(p: &Pipeline, r: Packed, error: bool) {
     let m = match p.tx.try_send(Msg::Rec(r)) {
         Ok(()) => {
             // The writer parks when idle; wake it only then (no system call on a busy stream).
-            // A wake-up lost to a race costs at most one flush interval of delay.
-            if p.sleeping.load(Ordering::Relaxed) && p.sleeping.swap(false, Ordering::AcqRel) {
+            // A wake-up lost to a race costs at most one flush interval of delay, except for an
+            // ERROR, which always wakes it: the caller does not wait for its record, so the
+            // writer must write it to the file at once (docs/logging.md, "ERROR").
+            if error
+                || (p.sleeping.load(Ordering::Relaxed) && p.sleeping.swap(false, Ordering::AcqRel))
+            {
                 p.writer.unpark();
             }
             return;
@@ -625,10 +652,10 @@ fn enqueue(p: &Pipeline, r: Packed, error: bool) {
         Err(TrySendError::Full(m)) => m,
     };
     p.writer.unpark();
+    // In the default drop mode nothing waits, an ERROR neither: it is already in the emergency
+    // ring (and so in any black box), and the drop is counted and said.
     let wait = match p.overflow {
         Overflow::Block(t) => t,
-        // ERROR records are never dropped without trying: they wait like in blocking mode.
-        Overflow::Drop if error => p.error_flush,
         Overflow::Drop => Duration::ZERO,
     };
     if wait.is_zero() {

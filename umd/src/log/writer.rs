@@ -15,6 +15,7 @@
 use super::config::Config;
 use super::filter::Filter;
 use super::format::{write_record, Format};
+use super::limit::{self, ConsoleLimiter};
 use super::record::{Packed, Record};
 use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
 use super::Stats;
@@ -129,6 +130,8 @@ pub(super) struct Writer {
     route: Box<[(usize, u8); 512]>,
     console: Vec<u8>,
     console_failed: bool,
+    /// Per-call-site console rate limit (the file gets every record).
+    limiter: ConsoleLimiter,
     offset_ns: i64,
     clock: super::clock::Converter,
     flush_interval: Duration,
@@ -171,6 +174,7 @@ impl Writer {
             route: Box::new([(0, 0); 512]),
             console: Vec::with_capacity(16 * 1024),
             console_failed: false,
+            limiter: ConsoleLimiter::default(),
             offset_ns: 0,
             clock: super::clock::Converter::uncalibrated(),
             flush_interval: cfg.flush_interval,
@@ -186,9 +190,13 @@ impl Writer {
     /// The thread body.
     pub(super) fn run(mut self) {
         super::mark_writer_thread();
+        super::console::block_sigpipe_on_this_thread();
+        // Set-up ends within microseconds of the spawn (the subscriber is installed); the bound
+        // only guards against a set-up that never finishes. A process that exits first has moved
+        // the state to SHUTDOWN, which ends the wait too, and its records are written below.
         let until = Instant::now() + Duration::from_secs(2);
-        while super::STATE.load(Ordering::Acquire) != super::READY && Instant::now() < until {
-            std::thread::park_timeout(Duration::from_millis(1));
+        while !super::init_over() && Instant::now() < until {
+            std::thread::park_timeout(Duration::from_micros(100));
         }
         self.clock = super::clock::Converter::calibrate();
         self.refresh_offset();
@@ -219,6 +227,7 @@ impl Writer {
             let now = Instant::now();
             if stop {
                 self.report_drops();
+                self.report_suppressed(true);
                 self.settle(true);
                 if let Some(a) = self.shutdown_ack.take() {
                     let _ = a.send(());
@@ -347,7 +356,12 @@ impl Writer {
             self.route[slot] = (key, b);
             b
         };
-        let (to_console, to_file) = (bits & 1 != 0, bits & 2 != 0);
+        let (mut to_console, to_file) = (bits & 1 != 0, bits & 2 != 0);
+        if to_console {
+            let mut ended = Vec::new();
+            to_console = self.limiter.admit(meta, Instant::now(), &mut ended);
+            self.say_suppressed(&ended);
+        }
         if !to_console && !to_file {
             return;
         }
@@ -554,39 +568,26 @@ impl Writer {
         if self.console.is_empty() {
             return;
         }
-        let mut b = &self.console[..];
-        let mut ok = true;
-        while !b.is_empty() {
-            // SAFETY: valid buffer; fd 2 is stderr (a closed fd just fails).
-            let r = unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
-            if r < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                ok = false;
-                break;
-            }
-            if r == 0 {
-                ok = false;
-                break;
-            }
-            b = &b[r as usize..];
-        }
+        let res = super::console::write_blocked(&self.console);
         let lines = self.console.iter().filter(|&&c| c == b'\n').count() as u64;
-        if ok {
-            self.stats
-                .written_console
-                .fetch_add(lines, Ordering::Relaxed);
-        } else {
-            self.stats
-                .failed_console
-                .fetch_add(lines, Ordering::Relaxed);
-            if !self.console_failed {
-                self.console_failed = true;
-                tracing::warn!(
-                    "writing the console (stderr) failed: {}; console records are dropped and counted",
-                    std::io::Error::last_os_error()
-                );
+        match res {
+            Ok(()) => {
+                self.stats
+                    .written_console
+                    .fetch_add(lines, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats
+                    .failed_console
+                    .fetch_add(lines, Ordering::Relaxed);
+                if !self.console_failed {
+                    self.console_failed = true;
+                    let errno = e.raw_os_error().unwrap_or(0);
+                    tracing::warn!(
+                        errno,
+                        "console sink down: writing stderr failed: {e}; console records are dropped and counted (umdLogStats.failed_console), the file keeps them"
+                    );
+                }
             }
         }
         self.console.clear();
@@ -609,6 +610,23 @@ impl Writer {
         }
     }
 
+    /// Says, once per ended window, how many console records a call site had suppressed.
+    fn say_suppressed(&self, ended: &[limit::Suppressed]) {
+        if ended.is_empty() {
+            return;
+        }
+        let file = self.file.path_of(0).display().to_string();
+        for s in ended {
+            limit::say(s, &file);
+        }
+    }
+
+    /// The summaries of windows that ended by now (all of them when `all`: exit).
+    fn report_suppressed(&mut self, all: bool) {
+        let ended = self.limiter.take_ended(Instant::now(), all);
+        self.say_suppressed(&ended);
+    }
+
     fn report_drops(&mut self) {
         let d = self.stats.dropped.load(Ordering::Relaxed);
         if d > self.drops_reported {
@@ -629,6 +647,7 @@ impl Writer {
 
     fn periodic(&mut self, now: Instant) {
         self.report_drops();
+        self.report_suppressed(false);
         self.write_local();
         self.flush_file(false);
         match self.file_state {

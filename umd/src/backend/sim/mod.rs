@@ -26,7 +26,10 @@ use vm::Vm;
 
 pub use gpu::{Counters, Injection};
 
-static GPUS: OnceLock<Mutex<Vec<Weak<Gpu>>>> = OnceLock::new();
+/// The simulated GPUs of this process by index, each with the fork generation it was started
+/// in: a forked child has no device thread behind its parent's GPUs, so it starts its own
+/// (`crate::fork`).
+static GPUS: OnceLock<Mutex<Vec<(u64, Weak<Gpu>)>>> = OnceLock::new();
 static NEXT_FILE: AtomicU64 = AtomicU64::new(1);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -49,15 +52,19 @@ fn gpu(index: u32) -> Result<Arc<Gpu>, String> {
     }
     let mut gpus = lock(GPUS.get_or_init(|| Mutex::new(Vec::new())));
     if gpus.len() <= index as usize {
-        gpus.resize(index as usize + 1, Weak::new());
+        gpus.resize(index as usize + 1, (0, Weak::new()));
     }
-    if let Some(g) = gpus[index as usize].upgrade() {
-        if !g.lost_and_unused() {
-            return Ok(g);
+    let generation = crate::fork::generation();
+    let (started_in, weak) = &gpus[index as usize];
+    if *started_in == generation {
+        if let Some(g) = weak.upgrade() {
+            if !g.lost_and_unused() {
+                return Ok(g);
+            }
         }
     }
     let g = Gpu::start(index, cfg)?;
-    gpus[index as usize] = Arc::downgrade(&g);
+    gpus[index as usize] = (generation, Arc::downgrade(&g));
     Ok(g)
 }
 
