@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 APT_PKGS=(build-essential bc flex bison cpio libelf-dev libssl-dev dwarves python3 kmod
           rustc-web rust-web-src cargo-web clang-19 lld-19 llvm-19 libclang-19-dev
-          busybox-static g++ libspdlog-dev)
+          busybox-static g++ libspdlog-dev prometheus)
 missing=()
 for p in "${APT_PKGS[@]}" qemu-system-x86 "$KVER_PKG"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

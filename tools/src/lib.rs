@@ -5,9 +5,11 @@
 pub mod cli;
 pub mod debugfs;
 pub mod dmesg;
+pub mod exporter;
 pub mod host;
 pub mod kv;
 pub mod modinfo;
+pub mod query;
 pub mod smi;
 pub mod system;
 pub mod triage;

@@ -317,15 +317,20 @@ fn smi_lost_device() {
 
 #[test]
 fn usage_errors_are_clear() {
-    let o = run(SMI, &["-l"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).starts_with("umd-smi: -l needs a value\n"));
-    let o = run(SMI, &["-l", "soon"]);
-    assert!(String::from_utf8_lossy(&o.stderr)
-        .starts_with("umd-smi: -l \"soon\": not a valid number\n"));
-    let o = run(SMI, &["--now", "yesterday"]);
-    assert!(String::from_utf8_lossy(&o.stderr)
-        .starts_with("umd-smi: --now \"yesterday\": not an RFC 3339 time\n"));
+    // clap's wording (tools/src/cli.rs), status 2.
+    let err = |args: &[&str]| {
+        let o = run(SMI, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(err(&["-l"])
+        .starts_with("error: a value is required for '--loop <SECONDS>' but none was supplied\n"));
+    assert!(err(&["-l", "soon"]).starts_with(
+        "error: invalid value 'soon' for '--loop <SECONDS>': not a number of seconds (1, 0.5, 250ms)\n"
+    ));
+    assert!(err(&["--now", "yesterday"]).starts_with(
+        "error: invalid value 'yesterday' for '--now <TIME>': not an RFC 3339 time (2026-11-29T02:15:00Z)\n"
+    ));
     let o = run(
         SMI,
         &["triage", "-o", "/proc/version/x", "--root", "/nonexistent"],

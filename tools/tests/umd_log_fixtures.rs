@@ -85,5 +85,5 @@ fn single_file_and_missing_input() {
     let o = run(LOG, &["ctx", "twelve"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr)
-        .starts_with("umd-log: ctx \"twelve\": a context id is a number\n"));
+        .starts_with("error: invalid value 'twelve' for '<ID>': invalid digit found in string\n"));
 }

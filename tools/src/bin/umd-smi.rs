@@ -1,158 +1,174 @@
-//! `umd-smi`: look at the aigpu devices; `umd-smi triage`: one snapshot with a layered verdict.
-//! docs/tools.md is the manual.
+//! `umd-smi`: look at the aigpu devices; `umd-smi triage`: one snapshot with a layered verdict;
+//! `umd-smi dmon`: one line per sample; `umd-smi exporter`: Prometheus metrics.
+//! docs/tools.md is the manual; tools/src/cli.rs the command line.
 
-use aigpu_tools::cli::Args;
-use aigpu_tools::host::Host;
-use aigpu_tools::smi::{self, SimSession};
+use aigpu_tools::cli::{self, emit, warn, Closed, Smi, SmiCmd, Source};
+use aigpu_tools::exporter;
+use aigpu_tools::host::{Host, Notes};
+use aigpu_tools::query;
+use aigpu_tools::smi::{self, SimSession, SmiView};
 use aigpu_tools::triage;
+use aigpu_tools::umdlog::{self, LogSet};
 use aigpu_tools::util::Wall;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage:
-  umd-smi [--json] [-l SECONDS [--count N]] [--sim [--no-demo]]
-          [--root DIR] [--uname-r RELEASE] [--now TIME]
-  umd-smi triage [-o DIR] [--json] [--no-archive] [--root DIR] [--dmesg FILE]
-          [--journal FILE] [--uname-r RELEASE] [--log-dir DIR]... [--now TIME]
+/// Where views come from: the machine (or a recorded tree) or the simulator.
+struct Viewer {
+    host: Host,
+    fixed_now: bool,
+    sim: Option<SimSession>,
+    views: u64,
+}
 
-umd-smi lists every aigpu device (versions, memory, queues, counters, state, clients) or says
-precisely why there is none. triage writes a timestamped directory and .tar.gz with everything a
-bug report needs and ends with a verdict per layer (hardware, kernel module, user-space driver,
-application). Run as root to include debugfs (queues, clients, contexts, crash dumps).
+impl Viewer {
+    fn new(src: &Source) -> Result<Viewer, ExitCode> {
+        let mut host = Host::default();
+        if let Some(r) = &src.root {
+            host.root = r.clone();
+            host.offline = true;
+        }
+        host.uname_r = src.uname_r.clone();
+        if let Some(t) = src.now {
+            host.now = t;
+        }
+        let sim = if src.sim {
+            match SimSession::open(!src.no_demo) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warn(&format!("umd-smi: cannot start the simulator: {e}\n"));
+                    return Err(ExitCode::FAILURE);
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Viewer {
+            host,
+            fixed_now: src.now.is_some(),
+            sim,
+            views: 0,
+        })
+    }
 
-  --json           machine-readable output
-  -l SECONDS       refresh every SECONDS (like nvidia-smi -l); --count N stops after N views
-  --sim            the in-process simulator (demo: a small workload runs unless --no-demo)
-  --root DIR       read a recorded tree standing for / (offline: no commands, no ioctls)
-  --dmesg FILE     kernel log text to use instead of running dmesg
-  --journal FILE   previous boot's kernel log instead of journalctl -k -b -1
-  --uname-r REL    the running kernel release instead of /proc/sys/kernel/osrelease
-  --log-dir DIR    libumd log directory (repeatable; default: UMD_LOG_DIR or libumd's default)
-  --now TIME       the time to print and name the report by (RFC 3339; for reproducible output)
-  -o DIR           where the report goes (default: the current directory)
-  --no-archive     write the directory only";
-
-fn usage_err(msg: &str) -> ExitCode {
-    eprintln!("umd-smi: {msg}\n{USAGE}");
-    ExitCode::from(2)
+    /// The next view (on the simulator, after another round of the demo workload).
+    fn view(&mut self) -> SmiView {
+        if !self.fixed_now {
+            self.host.now = Wall::now();
+        }
+        let n = self.views;
+        self.views += 1;
+        match &self.sim {
+            Some(s) => {
+                if n > 0 {
+                    if let Err(e) = s.step() {
+                        warn(&format!("umd-smi: demo workload: {e}\n"));
+                    }
+                }
+                s.view(self.host.now)
+            }
+            None => smi::kernel(&self.host),
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let mut args = Args::new(std::env::args().skip(1).collect());
-    let mut host = Host::default();
-    let mut json = false;
-    let mut interval: Option<u64> = None;
-    let mut count: Option<u64> = None;
-    let mut sim = false;
-    let mut demo = true;
-    let mut triage_mode = false;
-    let mut out = PathBuf::from(".");
-    let mut archive = true;
-    let mut log_dirs: Vec<PathBuf> = Vec::new();
-    let mut fixed_now = false;
-    let mut first = true;
-    while let Some(a) = args.next_arg() {
-        let r: Result<(), String> = (|| {
-            match a.as_str() {
-                "triage" if first => triage_mode = true,
-                "--json" => json = true,
-                "-l" | "--loop" => interval = Some(args.number(&a)?),
-                "--count" => count = Some(args.number(&a)?),
-                "--sim" => sim = true,
-                "--no-demo" => demo = false,
-                "--root" => {
-                    host.root = PathBuf::from(args.value(&a)?);
-                    host.offline = true;
-                }
-                "--dmesg" => host.dmesg = Some(PathBuf::from(args.value(&a)?)),
-                "--journal" => host.journal = Some(PathBuf::from(args.value(&a)?)),
-                "--uname-r" => host.uname_r = Some(args.value(&a)?),
-                "--log-dir" => log_dirs.push(PathBuf::from(args.value(&a)?)),
-                "--now" => {
-                    let v = args.value(&a)?;
-                    host.now = Wall::parse(&v)
-                        .ok_or_else(|| format!("--now {v:?}: not an RFC 3339 time"))?;
-                    fixed_now = true;
-                }
-                "-o" | "--output" => out = PathBuf::from(args.value(&a)?),
-                "--no-archive" => archive = false,
-                "-h" | "--help" => return Err(String::new()),
-                other => return Err(format!("unknown argument {other:?}")),
-            }
-            Ok(())
-        })();
-        first = false;
-        if let Err(e) = r {
-            if e.is_empty() {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            return usage_err(&e);
-        }
-    }
-    if triage_mode {
-        if sim || interval.is_some() {
-            return usage_err("triage looks at the machine: --sim and -l do not apply");
-        }
-        let opts = triage::Options {
-            host,
-            log_dirs,
-            env: std::env::vars().collect(),
-        };
-        let rep = triage::run(opts, &out, archive);
-        if json {
-            println!("{:#}", triage::render_json(&rep));
-        } else {
-            print!("{}", triage::render_screen(&rep));
-        }
-        return if rep.dir.is_some() {
+    let args: Smi = cli::parse_or_exit();
+    match args.cmd {
+        Some(SmiCmd::Triage(t)) => triage_cmd(t),
+        Some(SmiCmd::Dmon(d)) => dmon(d),
+        Some(SmiCmd::Exporter(e)) => exporter_cmd(e),
+        Some(SmiCmd::Completions { shell, bin }) => {
+            let _ =
+                std::io::Write::write_all(&mut std::io::stdout(), &cli::completions(shell, &bin));
             ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        };
-    }
-    if sim && host.offline {
-        return usage_err("--sim and --root exclude each other");
-    }
-    if interval == Some(0) {
-        return usage_err("-l needs at least 1 second");
-    }
-    let session = if sim {
-        match SimSession::open(demo) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("umd-smi: cannot start the simulator: {e}");
-                return ExitCode::FAILURE;
-            }
         }
-    } else {
-        None
+        Some(SmiCmd::ManPages { dir }) => match cli::man_pages(&dir) {
+            Ok(names) => {
+                let _ = emit(&(names.join("\n") + "\n"));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                warn(&format!("umd-smi: {}: {e}\n", dir.display()));
+                ExitCode::FAILURE
+            }
+        },
+        None => view_cmd(args.view),
+    }
+}
+
+fn triage_cmd(t: cli::TriageArgs) -> ExitCode {
+    let mut host = Host::default();
+    if let Some(r) = t.root {
+        host.root = r;
+        host.offline = true;
+    }
+    host.dmesg = t.dmesg;
+    host.journal = t.journal;
+    host.uname_r = t.uname_r;
+    if let Some(n) = t.now {
+        host.now = n;
+    }
+    let opts = triage::Options {
+        host,
+        log_dirs: t.log_dirs,
+        env: std::env::vars().collect(),
     };
-    let frames = match (interval, count) {
-        (None, _) => Some(1),
-        (Some(_), c) => c,
+    let rep = triage::run(opts, &t.out, !t.no_archive);
+    let text = if t.json {
+        format!("{:#}\n", triage::render_json(&rep))
+    } else {
+        triage::render_screen(&rep)
+    };
+    // A closed pipe does not change the outcome: the report is written.
+    let _ = emit(&text);
+    if rep.dir.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn view_cmd(a: cli::ViewArgs) -> ExitCode {
+    if a.help_query_gpu {
+        let _ = emit(&query::help(
+            "umd-smi --query-gpu=FIELD[,FIELD...] [--format=csv[,noheader][,nounits]]: the fields, one line per device",
+            query::GPU_FIELDS,
+        ));
+        return ExitCode::SUCCESS;
+    }
+    if a.help_query_compute_apps {
+        let _ = emit(&query::help(
+            "umd-smi --query-compute-apps=FIELD[,FIELD...] [--format=csv[,noheader][,nounits]]: the fields, one line per process and device (debugfs: root)",
+            query::APP_FIELDS,
+        ));
+        return ExitCode::SUCCESS;
+    }
+    let mut viewer = match Viewer::new(&a.source) {
+        Ok(v) => v,
+        Err(c) => return c,
+    };
+    let interval = a.interval.filter(|d| !d.is_zero());
+    let frames = match interval {
+        None => Some(1),
+        Some(_) => a.count,
     };
     let mut n = 0u64;
     let mut any;
     loop {
-        if !fixed_now {
-            host.now = Wall::now();
-        }
-        let view = match &session {
-            Some(s) => {
-                if n > 0 {
-                    if let Err(e) = s.step() {
-                        eprintln!("umd-smi: demo workload: {e}");
-                    }
-                }
-                s.view(host.now)
-            }
-            None => smi::kernel(&host),
-        };
+        let view = viewer.view();
         any = !view.devices.is_empty();
-        let text = if json {
+        let text = if let Some(f) = &a.query_gpu {
+            query::gpu_csv(&view, f, a.format, n == 0)
+        } else if let Some(f) = &a.query_compute_apps {
+            if n == 0 {
+                for w in query::apps_not_shown(&view) {
+                    warn(&format!("umd-smi: {w}\n"));
+                }
+            }
+            query::apps_csv(&view, f, a.format, n == 0)
+        } else if a.json {
             // One JSON document per view (JSON lines when refreshing).
             if interval.is_some() {
                 format!("{}\n", smi::render_json(&view))
@@ -164,25 +180,114 @@ fn main() -> ExitCode {
         } else {
             smi::render_text(&view)
         };
-        let mut so = std::io::stdout().lock();
-        if so
-            .write_all(text.as_bytes())
-            .and_then(|_| so.flush())
-            .is_err()
-        {
-            // stdout closed (e.g. piped into head): stop quietly.
+        if emit(&text).is_err() {
             return ExitCode::SUCCESS;
         }
-        drop(so);
         n += 1;
         if frames.is_some_and(|f| n >= f) {
             break;
         }
-        std::thread::sleep(Duration::from_secs(interval.unwrap_or(1)));
+        std::thread::sleep(interval.unwrap_or(Duration::from_secs(1)));
     }
     if any {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn dmon(a: cli::DmonArgs) -> ExitCode {
+    let mut viewer = match Viewer::new(&a.source) {
+        Ok(v) => v,
+        Err(c) => return c,
+    };
+    let mut run = || -> Result<ExitCode, Closed> {
+        if !a.no_header {
+            emit(&query::dmon_header())?;
+        }
+        let mut n = 0u64;
+        loop {
+            let view = viewer.view();
+            if n == 0 && view.devices.is_empty() {
+                let why = view
+                    .no_device
+                    .as_ref()
+                    .map(|w| format!("{} [{}]", w.describe(), w.code().name()))
+                    .unwrap_or_else(|| "none found".into());
+                warn(&format!("umd-smi dmon: no aigpu device: {why}\n"));
+                return Ok(ExitCode::FAILURE);
+            }
+            emit(&query::dmon_rows(&view))?;
+            n += 1;
+            if a.count.is_some_and(|c| n >= c) {
+                return Ok(ExitCode::SUCCESS);
+            }
+            std::thread::sleep(a.delay);
+        }
+    };
+    run().unwrap_or(ExitCode::SUCCESS)
+}
+
+fn log_dirs(given: &[PathBuf]) -> Vec<PathBuf> {
+    if !given.is_empty() {
+        return given.to_vec();
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    umdlog::default_dirs(&env, uid)
+        .into_iter()
+        .find(|d| d.is_dir())
+        .into_iter()
+        .collect()
+}
+
+fn exporter_cmd(a: cli::ExporterArgs) -> ExitCode {
+    let mut viewer = match Viewer::new(&a.source) {
+        Ok(v) => v,
+        Err(c) => return c,
+    };
+    let dirs = log_dirs(&a.log_dirs);
+    let mut metrics = move || {
+        let view = viewer.view();
+        let drops = (!dirs.is_empty()).then(|| {
+            let mut notes = Notes::default();
+            exporter::log_drops(&LogSet::load(&dirs, &[], &mut notes))
+        });
+        exporter::render(&view, drops.as_deref())
+    };
+    if let Some(addr) = a.listen {
+        let listener = match std::net::TcpListener::bind(addr) {
+            Ok(l) => l,
+            Err(e) => {
+                warn(&format!("umd-smi exporter: cannot listen on {addr}: {e}\n"));
+                return ExitCode::FAILURE;
+            }
+        };
+        let bound = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let _ = emit(&format!(
+            "umd-smi exporter: serving http://{bound}/metrics\n"
+        ));
+        exporter::serve(listener, a.max_scrapes, &mut metrics);
+        return ExitCode::SUCCESS;
+    }
+    let Some(path) = a.textfile else {
+        return ExitCode::from(2);
+    };
+    let mut n = 0u64;
+    loop {
+        if let Err(e) = exporter::write_textfile(&path, &metrics()) {
+            warn(&format!("umd-smi exporter: {}: {e}\n", path.display()));
+            return ExitCode::FAILURE;
+        }
+        n += 1;
+        match a.interval {
+            None => return ExitCode::SUCCESS,
+            Some(_) if a.count.is_some_and(|c| n >= c) => return ExitCode::SUCCESS,
+            Some(d) => std::thread::sleep(d),
+        }
     }
 }
