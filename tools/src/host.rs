@@ -183,6 +183,8 @@ pub struct CmdOut {
 }
 
 /// Runs `prog args` with no input, at most `limit`; Err says why it did not run or finish.
+/// Kept by hand (std::process and a polling wait): the one timeout the tools need, where a
+/// crate (wait-timeout, subprocess) would add a dependency for a dozen lines.
 pub fn run(prog: &str, args: &[&str], limit: Duration) -> Result<CmdOut, String> {
     let mut child = Command::new(prog)
         .args(args)

@@ -501,7 +501,8 @@ impl SimSession {
 // ---------------------------------------------------------------------------------------------
 // rendering
 
-/// Left-aligned columns separated by two spaces, each line prefixed by `indent`.
+/// Left-aligned columns separated by two spaces, each line prefixed by `indent`. Kept by hand:
+/// the golden files pin this exact layout, and a table crate's would be another.
 pub fn table(indent: &str, head: &[&str], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {

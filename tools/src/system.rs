@@ -1,6 +1,10 @@
 //! The machine around the driver: the loaded module (`/sys/module/aigpu`, `/proc/modules`),
 //! device nodes with owners and modes, `/sys/class/drm`, the processes holding a node, and the
 //! environment variables that steer libumd.
+//!
+//! The `/proc` and `/sys` reads are kept by hand rather than taken from the procfs crate: every
+//! path goes through `Host` so that `--root` can stand a recorded tree for `/` (the fixture
+//! machines, a report read on another machine), which procfs' fixed `/proc` does not allow.
 
 use crate::host::{Host, Notes, ReadErr};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
