@@ -55,10 +55,7 @@ fn version_and_per_command_help() {
     );
     let (o, _, c) = out(SMI, &["exporter", "--help"]);
     assert_eq!(c, 0);
-    assert_eq!(
-        o.lines().nth(2),
-        Some("Usage: umd-smi exporter [OPTIONS]")
-    );
+    assert_eq!(o.lines().nth(2), Some("Usage: umd-smi exporter [OPTIONS]"));
     let (o, _, c) = out(SMI, &["--help"]);
     assert_eq!(c, 0);
     assert!(o.contains("\nExit status:\n  0  a device was shown (with -l: the last view showed one)\n  1  no aigpu device, or it could not be looked at (the reason is printed)\n  2  usage error (unknown option, bad value)\n"), "{o}");
