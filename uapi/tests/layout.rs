@@ -339,7 +339,7 @@ fn packet_boundary_values_decode() {
 }
 
 fn operand(words: &[u32]) -> bool {
-    matches!(decode(words, true), Err(Malformed::Operand(_)))
+    matches!(decode(words, true), Err(Malformed::Operand { .. }))
 }
 
 #[test]

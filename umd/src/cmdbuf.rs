@@ -45,6 +45,40 @@ pub struct CmdBuf {
     inner: Mutex<Inner>,
 }
 
+/// The record-time error for a packet the shared decoder refused (`uapi::packet::decode`, the
+/// same rules the kernel applies at submit): which argument and its value. One rule for codes:
+/// a size, count or dimension that is zero or out of range is `UMD_ERR_INVALID_SIZE` (as in
+/// `umdMemAlloc` and `umdMemcpy*`), any other operand `UMD_ERR_INVALID_ARGUMENT`, and a packet
+/// this device does not accept at all (HANG without hang debugging)
+/// `UMD_ERR_SUBMIT_INVALID_PACKET`.
+#[track_caller]
+fn malformed(m: packet::Malformed) -> UmdError {
+    match m {
+        packet::Malformed::HangDisabled => UmdError::new(
+            umdResult::UMD_ERR_SUBMIT_INVALID_PACKET,
+            format!("invalid packet: {} (enable hang debugging: UMD_SIM_HANG_DEBUG=1 on the simulator, hang_debug=1 on the aigpu module).", m.describe()),
+        ),
+        packet::Malformed::Operand { what, field, value } => {
+            let sized = matches!(field, "size" | "count" | "m" | "n" | "k");
+            let shown = if matches!(field, "dst" | "src" | "addr" | "va" | "b") {
+                format!("0x{value:x}")
+            } else {
+                value.to_string()
+            };
+            let code = if sized {
+                umdResult::UMD_ERR_INVALID_SIZE
+            } else {
+                umdResult::UMD_ERR_INVALID_ARGUMENT
+            };
+            UmdError::new(code, format!("invalid packet: {what}: argument '{field}' is {shown}."))
+        }
+        m => UmdError::new(
+            umdResult::UMD_ERR_INVALID_ARGUMENT,
+            format!("invalid packet: {}.", m.describe()),
+        ),
+    }
+}
+
 fn poisoned() -> UmdError {
     UmdError::new(
         umdResult::UMD_ERR_INTERNAL,
@@ -83,20 +117,7 @@ impl CmdBuf {
         let hang_ok = self.ctx.device.info.caps & uapi::CAP_HANG_DEBUG != 0;
         let decoded = packet::decode(words, hang_ok);
         if let Err(m) = decoded {
-            let code = if m == packet::Malformed::HangDisabled {
-                umdResult::UMD_ERR_INVALID_STATE
-            } else {
-                umdResult::UMD_ERR_INVALID_ARGUMENT
-            };
-            let extra = if m == packet::Malformed::HangDisabled {
-                " (enable hang debugging: UMD_SIM_HANG_DEBUG=1 on the simulator, hang_debug=1 on the aigpu module)"
-            } else {
-                ""
-            };
-            return Err(
-                UmdError::new(code, format!("invalid packet: {}{extra}.", m.describe()))
-                    .ctx(self.ctx.id),
-            );
+            return Err(malformed(m).ctx(self.ctx.id));
         }
         let mut i = self.inner.lock().map_err(|_| poisoned())?;
         if i.state != State::Recording {

@@ -4,95 +4,12 @@
 //! included), that include/umd.h matches what cbindgen generates, and that libumd.so exports only
 //! umd* symbols under the soname libumd.so.1.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// target/<profile>/ (the test binary lives in target/<profile>/deps/).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf()
-}
-
-/// Builds the cdylib (cargo does not refresh target/<profile>/libumd.so for integration tests)
-/// and returns its path.
-fn libumd() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = profile_dir();
-            let target = dir.parent().expect("target dir");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.current_dir(root())
-                .args(["build", "-q", "-p", "umd", "--lib"])
-                .env("CARGO_TARGET_DIR", target);
-            if dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let st = cmd.status().expect("run cargo build");
-            assert!(st.success(), "cargo build -p umd failed");
-            let p = dir.join("libumd.so");
-            assert!(p.exists(), "{} missing after cargo build", p.display());
-            // Programs record the soname; give the loader the name it looks for.
-            let so1 = dir.join("libumd.so.1");
-            let _ = std::fs::remove_file(&so1);
-            std::os::unix::fs::symlink("libumd.so", &so1).expect("symlink libumd.so.1");
-            p
-        })
-        .clone()
-}
-
-fn out_dir() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_abi");
-    std::fs::create_dir_all(&d).expect("tmp dir");
-    d
-}
-
-fn cc(args: &[&str]) -> std::process::Output {
-    Command::new("cc").args(args).output().expect("run cc")
-}
-
-fn compile(src: &str, exe: &Path, lang: &[&str]) -> std::process::Output {
-    let _ = libumd();
-
-    let _ = libumd();
-    let inc = root().join("include");
-    let lib = profile_dir();
-    let mut args: Vec<String> = lang.iter().map(|s| s.to_string()).collect();
-    args.extend(
-        [
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-            inc.to_str().expect("utf8"),
-            "-o",
-            exe.to_str().expect("utf8"),
-            root().join(src).to_str().expect("utf8"),
-            "-L",
-            lib.to_str().expect("utf8"),
-            "-lumd",
-        ]
-        .map(String::from),
-    );
-    args.push(format!("-Wl,-rpath,{}", lib.display()));
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    if lang.contains(&"-std=c++17") {
-        Command::new("c++").args(&a).output().expect("run c++")
-    } else {
-        cc(&a)
-    }
-}
+#[path = "c_util.rs"]
+mod c_util;
+use c_util::{compile, libumd, out_dir, root};
 
 #[test]
 fn c_abi_test_program_passes() {

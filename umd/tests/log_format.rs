@@ -145,8 +145,9 @@ fn json_records_exact() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Both sinks get every record at or above their own level, with identical bytes; an ERROR is in
-/// the file before the logging call returns (no explicit flush, a 60 s flush interval).
+/// Both sinks get every record at or above their own level, with identical bytes; with
+/// `UMD_LOG_ERROR_FLUSH_MS` set, an ERROR is in the file before the logging call returns (no
+/// explicit flush, a 60 s flush interval).
 #[test]
 fn both_sinks_own_levels_and_flush_on_error() {
     if is_child() {
@@ -174,6 +175,7 @@ fn both_sinks_own_levels_and_flush_on_error() {
             ("UMD_LOG_CONSOLE", "warn,log_format::dbg=debug"),
             ("UMD_LOG_FILE", "info"),
             ("UMD_LOG_FLUSH_MS", "60000"),
+            ("UMD_LOG_ERROR_FLUSH_MS", "250"),
         ],
     );
     assert_ok(&o);
@@ -188,6 +190,52 @@ fn both_sinks_own_levels_and_flush_on_error() {
     assert_eq!(console[1], file[2], "ERROR identical in both sinks");
     assert!(console[2].contains(" DEBUG ") && console[2].contains("debug to the console only"));
     assert!(file[0].contains(" INFO "));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// By default an ERROR does not wait for the disk: the call returns at once and the writer, woken
+/// by the ERROR, has it in the file within milliseconds although the flush interval is 60 s.
+#[test]
+fn error_is_written_promptly_without_the_caller_waiting() {
+    if is_child() {
+        let (dir, _, _) = child_setup();
+        let path = log_path(&dir, std::process::id());
+        tracing::info!("info before");
+        let t = std::time::Instant::now();
+        tracing::error!(ctx = 5u64, code = "UMD_ERR_DEVICE_LOST", "error one");
+        let call = t.elapsed();
+        let deadline = t + std::time::Duration::from_secs(2);
+        let mut recs = lines(&path);
+        while !recs.iter().any(|l| l.contains("\"error one\""))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            recs = lines(&path);
+        }
+        let seen = t.elapsed();
+        assert!(
+            recs.iter().any(|l| l.contains("\"error one\"")),
+            "{recs:#?}"
+        );
+        assert_eq!(recs.len(), 2, "{recs:#?}");
+        // Generous bounds for a loaded 2-core machine; the waiting design took a write(2)
+        // round trip through the writer inside the call.
+        assert!(
+            seen < std::time::Duration::from_millis(500),
+            "in the file after {seen:?}"
+        );
+        println!("error call {call:?}, in the file after {seen:?}");
+        return;
+    }
+    let dir = fresh_dir("error-prompt");
+    let o = run_child(
+        "error_is_written_promptly_without_the_caller_waiting",
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_FLUSH_MS", "60000"),
+        ],
+    );
+    assert_ok(&o);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

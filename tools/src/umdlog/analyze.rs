@@ -32,11 +32,12 @@ fn is_backend(r: &Rec) -> bool {
 
 /// The libumd context a record belongs to.
 fn ctx_of(r: &Rec, m: &CtxMap) -> Option<u64> {
-    let c = r.ctx_u64()?;
     if is_backend(r) {
+        // The backend names the kernel-side context in `kmd_ctx` (older logs: in `ctx`).
+        let c = r.field_u64("kmd_ctx").or_else(|| r.ctx_u64())?;
         return Some(m.get(&(r.pid, c)).copied().unwrap_or(c));
     }
-    Some(c)
+    r.ctx_u64()
 }
 
 fn pid_text(p: Option<u32>) -> String {

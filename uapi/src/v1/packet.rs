@@ -187,8 +187,17 @@ pub enum Malformed {
     },
     /// Flag bits the opcode does not define.
     UnknownFlags(u8),
-    /// An operand is out of range (zero size, dimension limit, overflow, alignment, bad op).
-    Operand(&'static str),
+    /// An operand is out of range (zero size, dimension limit, overflow, alignment, bad op):
+    /// what is wrong, the operand's name (the C API's argument name) and its value, so every
+    /// layer that reports it can say which argument and what it was.
+    Operand {
+        /// What is wrong.
+        what: &'static str,
+        /// The operand: `size`, `count`, `m`, `lda`, `dst`, ...
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
     /// HANG while the debug capability is off.
     HangDisabled,
 }
@@ -202,7 +211,7 @@ impl Malformed {
             Malformed::UnknownOpcode(_) => "unknown opcode",
             Malformed::BadLength { .. } => "packet length does not match its opcode",
             Malformed::UnknownFlags(_) => "undefined flag bits set",
-            Malformed::Operand(what) => what,
+            Malformed::Operand { what, .. } => what,
             Malformed::HangDisabled => "HANG packet while hang debugging is disabled",
         }
     }
@@ -227,6 +236,10 @@ fn u64_at(w: &[u32], i: usize) -> u64 {
         (Some(&lo), Some(&hi)) => u64::from(lo) | (u64::from(hi) << 32),
         _ => 0,
     }
+}
+
+fn operand(what: &'static str, field: &'static str, value: u64) -> Malformed {
+    Malformed::Operand { what, field, value }
 }
 
 /// `va + len` must stay inside the 48-bit space.
@@ -266,21 +279,40 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
         OP_COPY => {
             fixed(words, COPY_WORDS, 0)?;
             let (src, dst, size) = (u64_at(words, 1), u64_at(words, 3), u64_at(words, 5));
-            if !range_ok(src, size) || !range_ok(dst, size) {
-                return Err(Malformed::Operand("COPY size is zero or a range overflows"));
+            if size == 0 {
+                return Err(operand("COPY size is zero", "size", size));
+            }
+            if !range_ok(src, size) {
+                return Err(operand(
+                    "COPY source range overflows the VA space",
+                    "src",
+                    src,
+                ));
+            }
+            if !range_ok(dst, size) {
+                return Err(operand(
+                    "COPY destination range overflows the VA space",
+                    "dst",
+                    dst,
+                ));
             }
             if src < dst + size && dst < src + size {
-                return Err(Malformed::Operand("COPY source and destination overlap"));
+                return Err(operand("COPY source and destination overlap", "dst", dst));
             }
             Packet::Copy { src, dst, size }
         }
         OP_FILL => {
             fixed(words, FILL_WORDS, 0)?;
             let (dst, size, pattern) = (u64_at(words, 1), u64_at(words, 3), words[5]);
-            if !range_ok(dst, size) || size % 4 != 0 {
-                return Err(Malformed::Operand(
-                    "FILL size is zero, not a multiple of 4, or overflows",
+            if size == 0 || size % 4 != 0 {
+                return Err(operand(
+                    "FILL size is zero or not a multiple of 4",
+                    "size",
+                    size,
                 ));
+            }
+            if !range_ok(dst, size) {
+                return Err(operand("FILL range overflows the VA space", "dst", dst));
             }
             Packet::Fill { dst, size, pattern }
         }
@@ -308,19 +340,35 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
                 ..
             } = p
             {
-                let dims_ok = [m, n, k].iter().all(|&d| (1..=GEMM_MAX_DIM).contains(&d));
-                if !dims_ok {
-                    return Err(Malformed::Operand("GEMM dimension is zero or above 4096"));
+                for (field, d) in [("m", m), ("n", n), ("k", k)] {
+                    if !(1..=GEMM_MAX_DIM).contains(&d) {
+                        return Err(operand(
+                            "GEMM dimension is zero or above 4096",
+                            field,
+                            d.into(),
+                        ));
+                    }
                 }
-                if lda < k || ldb < n || ldc < n {
-                    return Err(Malformed::Operand(
-                        "GEMM leading dimension smaller than the row",
-                    ));
+                for (field, ld, row) in [("lda", lda, k), ("ldb", ldb, n), ("ldc", ldc, n)] {
+                    if ld < row {
+                        return Err(operand(
+                            "GEMM leading dimension smaller than the row",
+                            field,
+                            ld.into(),
+                        ));
+                    }
                 }
             }
-            if !p.accesses().iter().flatten().all(|a| range_ok(a.va, a.len)) {
-                return Err(Malformed::Operand(
+            if let Some(a) = p
+                .accesses()
+                .iter()
+                .flatten()
+                .find(|a| !range_ok(a.va, a.len))
+            {
+                return Err(operand(
                     "GEMM matrix range overflows the VA space",
+                    "va",
+                    a.va,
                 ));
             }
             p
@@ -346,29 +394,43 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
             } = p
             {
                 if op > ELT_REQUANT {
-                    return Err(Malformed::Operand(
+                    return Err(operand(
                         "ELTWISE op is not add, mul, relu or requant",
+                        "op",
+                        op.into(),
                     ));
                 }
                 if count == 0 {
-                    return Err(Malformed::Operand("ELTWISE count is zero"));
+                    return Err(operand("ELTWISE count is zero", "count", 0));
                 }
                 if (op == ELT_RELU || op == ELT_REQUANT) && b != 0 {
-                    return Err(Malformed::Operand(
-                        "ELTWISE b must be 0 for relu and requant",
-                    ));
+                    return Err(operand("ELTWISE b must be 0 for relu and requant", "b", b));
                 }
                 if op == ELT_REQUANT && shift > REQUANT_MAX_SHIFT {
-                    return Err(Malformed::Operand("REQUANT shift above 62"));
+                    return Err(operand("REQUANT shift above 62", "shift", shift.into()));
                 }
-                if op != ELT_REQUANT && (scale != 0 || shift != 0) {
-                    return Err(Malformed::Operand(
+                if op != ELT_REQUANT && scale != 0 {
+                    return Err(operand(
                         "ELTWISE scale and shift must be 0 unless requant",
+                        "scale",
+                        scale as u32 as u64,
+                    ));
+                }
+                if op != ELT_REQUANT && shift != 0 {
+                    return Err(operand(
+                        "ELTWISE scale and shift must be 0 unless requant",
+                        "shift",
+                        shift.into(),
                     ));
                 }
             }
-            if !p.accesses().iter().flatten().all(|a| range_ok(a.va, a.len)) {
-                return Err(Malformed::Operand("ELTWISE range overflows the VA space"));
+            if let Some(a) = p
+                .accesses()
+                .iter()
+                .flatten()
+                .find(|a| !range_ok(a.va, a.len))
+            {
+                return Err(operand("ELTWISE range overflows the VA space", "va", a.va));
             }
             p
         }
@@ -376,8 +438,10 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
             fixed(words, TIMESTAMP_WORDS, 0)?;
             let dst = u64_at(words, 1);
             if !range_ok(dst, 8) || dst & 7 != 0 {
-                return Err(Malformed::Operand(
+                return Err(operand(
                     "TIMESTAMP destination not 8-byte aligned",
+                    "dst",
+                    dst,
                 ));
             }
             Packet::Timestamp { dst }
@@ -386,7 +450,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
             let flags = fixed(words, FENCE_WORDS, FENCE_FLAG_IRQ)?;
             let dst = u64_at(words, 1);
             if !range_ok(dst, 8) || dst & 7 != 0 {
-                return Err(Malformed::Operand("FENCE destination not 8-byte aligned"));
+                return Err(operand("FENCE destination not 8-byte aligned", "dst", dst));
             }
             Packet::Fence {
                 dst,
@@ -398,7 +462,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
             fixed(words, WAIT_MEM_WORDS, 0)?;
             let addr = u64_at(words, 1);
             if !range_ok(addr, 8) || addr & 7 != 0 {
-                return Err(Malformed::Operand("WAIT_MEM address not 8-byte aligned"));
+                return Err(operand("WAIT_MEM address not 8-byte aligned", "addr", addr));
             }
             Packet::WaitMem {
                 addr,

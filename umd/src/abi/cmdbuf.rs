@@ -6,7 +6,7 @@
 //! dimensions, alignment) are checked here, at record time.
 
 use super::types::*;
-use super::{guard, inp, out};
+use super::{guard_on, inp, out, On};
 use crate::error::{umdResult, UmdError, UmdResult};
 use crate::registry::{CMDBUFS, CONTEXTS};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use uapi::packet;
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdBufCreate(context: umdContext, cmdbuf: *mut umdCmdBuf) -> umdResult {
-    guard("umdCmdBufCreate", || {
+    guard_on("umdCmdBufCreate", On::Context(context), || {
         let cmdbuf = out(cmdbuf, "cmdbuf")?;
         let ctx = CONTEXTS.get(context)?;
         ctx.device.check()?;
@@ -29,7 +29,7 @@ pub extern "C" fn umdCmdBufCreate(context: umdContext, cmdbuf: *mut umdCmdBuf) -
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdBufDestroy(cmdbuf: umdCmdBuf) -> umdResult {
-    guard("umdCmdBufDestroy", || {
+    guard_on("umdCmdBufDestroy", On::CmdBuf(cmdbuf), || {
         CMDBUFS.remove(cmdbuf)?;
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -39,7 +39,7 @@ pub extern "C" fn umdCmdBufDestroy(cmdbuf: umdCmdBuf) -> umdResult {
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdBufBegin(cmdbuf: umdCmdBuf) -> umdResult {
-    guard("umdCmdBufBegin", || {
+    guard_on("umdCmdBufBegin", On::CmdBuf(cmdbuf), || {
         CMDBUFS.get(cmdbuf)?.begin()?;
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -49,7 +49,7 @@ pub extern "C" fn umdCmdBufBegin(cmdbuf: umdCmdBuf) -> umdResult {
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdBufEnd(cmdbuf: umdCmdBuf) -> umdResult {
-    guard("umdCmdBufEnd", || {
+    guard_on("umdCmdBufEnd", On::CmdBuf(cmdbuf), || {
         let cb = CMDBUFS.get(cmdbuf)?;
         cb.ctx.device.check()?;
         cb.end()?;
@@ -72,7 +72,7 @@ pub extern "C" fn umdCmdCopy(
     src: umdDevicePtr,
     size: u64,
 ) -> umdResult {
-    guard("umdCmdCopy", || {
+    guard_on("umdCmdCopy", On::CmdBuf(cmdbuf), || {
         record(cmdbuf, &packet::encode_copy(src, dst, size))
     })
 }
@@ -86,7 +86,7 @@ pub extern "C" fn umdCmdFill(
     size: u64,
     pattern: u32,
 ) -> umdResult {
-    guard("umdCmdFill", || {
+    guard_on("umdCmdFill", On::CmdBuf(cmdbuf), || {
         record(cmdbuf, &packet::encode_fill(dst, size, pattern))
     })
 }
@@ -95,7 +95,7 @@ pub extern "C" fn umdCmdFill(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdGemmI8(cmdbuf: umdCmdBuf, args: *const umdGemmI8Args) -> umdResult {
-    guard("umdCmdGemmI8", || {
+    guard_on("umdCmdGemmI8", On::CmdBuf(cmdbuf), || {
         let a = inp(args, "args")?;
         if a.flags & !UMD_GEMM_ACCUMULATE != 0 || a.reserved != 0 {
             return Err(UmdError::new(
@@ -131,7 +131,7 @@ pub extern "C" fn umdCmdEltwise(
     a: umdDevicePtr,
     b: umdDevicePtr,
 ) -> umdResult {
-    guard("umdCmdEltwise", || {
+    guard_on("umdCmdEltwise", On::CmdBuf(cmdbuf), || {
         if op > UMD_ELTWISE_RELU {
             return Err(UmdError::new(
                 umdResult::UMD_ERR_INVALID_ARGUMENT,
@@ -154,7 +154,7 @@ pub extern "C" fn umdCmdRequantize(
     scale: i32,
     shift: u32,
 ) -> umdResult {
-    guard("umdCmdRequantize", || {
+    guard_on("umdCmdRequantize", On::CmdBuf(cmdbuf), || {
         record(
             cmdbuf,
             &packet::encode_eltwise(packet::ELT_REQUANT, count, src, 0, dst, scale, shift),
@@ -166,7 +166,7 @@ pub extern "C" fn umdCmdRequantize(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdTimestamp(cmdbuf: umdCmdBuf, dst: umdDevicePtr) -> umdResult {
-    guard("umdCmdTimestamp", || {
+    guard_on("umdCmdTimestamp", On::CmdBuf(cmdbuf), || {
         record(cmdbuf, &packet::encode_timestamp(dst))
     })
 }
@@ -175,7 +175,7 @@ pub extern "C" fn umdCmdTimestamp(cmdbuf: umdCmdBuf, dst: umdDevicePtr) -> umdRe
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdWriteValue(cmdbuf: umdCmdBuf, dst: umdDevicePtr, value: u64) -> umdResult {
-    guard("umdCmdWriteValue", || {
+    guard_on("umdCmdWriteValue", On::CmdBuf(cmdbuf), || {
         record(cmdbuf, &packet::encode_fence(dst, value, false))
     })
 }
@@ -184,7 +184,7 @@ pub extern "C" fn umdCmdWriteValue(cmdbuf: umdCmdBuf, dst: umdDevicePtr, value: 
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdWaitValue(cmdbuf: umdCmdBuf, addr: umdDevicePtr, value: u64) -> umdResult {
-    guard("umdCmdWaitValue", || {
+    guard_on("umdCmdWaitValue", On::CmdBuf(cmdbuf), || {
         record(cmdbuf, &packet::encode_wait_mem(addr, value))
     })
 }
@@ -193,5 +193,7 @@ pub extern "C" fn umdCmdWaitValue(cmdbuf: umdCmdBuf, addr: umdDevicePtr, value: 
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdDebugHang(cmdbuf: umdCmdBuf) -> umdResult {
-    guard("umdCmdDebugHang", || record(cmdbuf, &packet::encode_hang()))
+    guard_on("umdCmdDebugHang", On::CmdBuf(cmdbuf), || {
+        record(cmdbuf, &packet::encode_hang())
+    })
 }

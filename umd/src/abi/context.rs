@@ -1,7 +1,7 @@
 //! Contexts: create, destroy, state.
 
 use super::types::*;
-use super::{copy_versioned, guard, out, struct_size};
+use super::{copy_versioned, guard, guard_on, out, struct_size, On};
 use crate::error::umdResult;
 use crate::registry::{BUFFERS, CMDBUFS, CONTEXTS, DEVICES};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub extern "C" fn umdContextCreate(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
-    guard("umdContextDestroy", || {
+    guard_on("umdContextDestroy", On::Context(context), || {
         let ctx = CONTEXTS.get(context)?;
         let r = ctx.destroy();
         CONTEXTS.remove(context)?;
@@ -87,7 +87,7 @@ pub extern "C" fn umdContextGetState(
     context: umdContext,
     state: *mut umdContextState,
 ) -> umdResult {
-    guard("umdContextGetState", || {
+    guard_on("umdContextGetState", On::Context(context), || {
         let dst = out(state, "state")?;
         struct_size(
             dst.struct_size,

@@ -148,10 +148,10 @@ pub extern "C" fn umdLogSetLevel(module: *const c_char, level: i32, sinks: u32) 
                     format!("module '{m}' is not a module path (no ',', '=', '[' or spaces); use umdLogSetFilter for a whole filter."),
                 ));
             }
-            if !log::targets::known(m) {
+            if let Err(why) = log::filter::check_target(m) {
                 return Err(UmdError::new(
                     umdResult::UMD_ERR_LOG_BAD_FILTER,
-                    format!("module '{m}' matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim); nothing changed."),
+                    format!("module {why}; nothing changed."),
                 ));
             }
         }
@@ -260,7 +260,7 @@ pub extern "C" fn umdLogGetFilePath(
         }
         let p = log::file_path_wait(Duration::from_secs(1)).ok_or_else(|| {
             let why = match log::stats().file_ok {
-                false => "the file sink is down: see the console's 'log file sink down' record for why (directory, permissions, disk)",
+                false => "the file sink is down (the console's 'sink down' record says why: directory, permissions, disk)",
                 true => "the log writer did not open it within 1 s",
             };
             UmdError::new(umdResult::UMD_ERR_LOG_IO, format!("no log file is open: {why}."))

@@ -2,7 +2,7 @@
 //! statistics, trim, release threshold and allocation history.
 
 use super::types::*;
-use super::{copy_versioned, guard, inp, out, struct_size};
+use super::{copy_versioned, guard, guard_on, inp, out, struct_size, On};
 use crate::error::{umdResult, UmdError, UmdResult};
 use crate::memory::pool::stats::{Counter, Gauge};
 use crate::memory::pool::{AddrInfo, Pool};
@@ -176,7 +176,7 @@ pub extern "C" fn umdMemAlloc(
     flags: u32,
     buffer: *mut umdBuffer,
 ) -> umdResult {
-    guard("umdMemAlloc", || {
+    guard_on("umdMemAlloc", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
         let ctx = CONTEXTS.get(context)?;
         let b = Arc::new(crate::memory::Buffer::alloc(&ctx, size, flags)?);
@@ -195,7 +195,7 @@ pub extern "C" fn umdMemAllocEx(
     info: *const umdMemAllocInfo,
     buffer: *mut umdBuffer,
 ) -> umdResult {
-    guard("umdMemAllocEx", || {
+    guard_on("umdMemAllocEx", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
         let i = inp(info, "info")?;
         struct_size(
@@ -231,7 +231,7 @@ pub extern "C" fn umdMemAllocEx(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemFreeAddress(context: umdContext, address: umdDevicePtr) -> umdResult {
-    guard("umdMemFreeAddress", || {
+    guard_on("umdMemFreeAddress", On::Context(context), || {
         let ctx = CONTEXTS.get(context)?;
         let e = |code, msg: String| Err(UmdError::new(code, msg).ctx(ctx.id).fault_va(address));
         match ctx.pool.classify(address) {
@@ -287,7 +287,7 @@ pub extern "C" fn umdMemFreeAddress(context: umdContext, address: umdDevicePtr) 
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemFree(buffer: umdBuffer) -> umdResult {
-    guard("umdMemFree", || {
+    guard_on("umdMemFree", On::Buffer(buffer), || {
         BUFFERS.remove(buffer)?;
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -297,7 +297,7 @@ pub extern "C" fn umdMemFree(buffer: umdBuffer) -> umdResult {
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemGetAddress(buffer: umdBuffer, address: *mut umdDevicePtr) -> umdResult {
-    guard("umdMemGetAddress", || {
+    guard_on("umdMemGetAddress", On::Buffer(buffer), || {
         let address = out(address, "address")?;
         *address = BUFFERS.get(buffer)?.va;
         Ok(umdResult::UMD_SUCCESS)
@@ -308,7 +308,7 @@ pub extern "C" fn umdMemGetAddress(buffer: umdBuffer, address: *mut umdDevicePtr
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemMap(buffer: umdBuffer, host: *mut *mut c_void) -> umdResult {
-    guard("umdMemMap", || {
+    guard_on("umdMemMap", On::Buffer(buffer), || {
         let host = out(host, "host")?;
         let b = BUFFERS.get(buffer)?;
         *host = b.map()? as *mut c_void;
@@ -320,7 +320,7 @@ pub extern "C" fn umdMemMap(buffer: umdBuffer, host: *mut *mut c_void) -> umdRes
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemUnmap(buffer: umdBuffer) -> umdResult {
-    guard("umdMemUnmap", || {
+    guard_on("umdMemUnmap", On::Buffer(buffer), || {
         BUFFERS.get(buffer)?.unmap()?;
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -335,7 +335,7 @@ pub extern "C" fn umdMemcpyHtoD(
     src: *const c_void,
     size: u64,
 ) -> umdResult {
-    guard("umdMemcpyHtoD", || {
+    guard_on("umdMemcpyHtoD", On::Buffer(buffer), || {
         let b = BUFFERS.get(buffer)?;
         let _ = inp(src as *const u8, "src")?;
         let len = usize::try_from(size).unwrap_or(usize::MAX);
@@ -357,7 +357,7 @@ pub extern "C" fn umdMemcpyDtoH(
     offset: u64,
     size: u64,
 ) -> umdResult {
-    guard("umdMemcpyDtoH", || {
+    guard_on("umdMemcpyDtoH", On::Buffer(buffer), || {
         let b = BUFFERS.get(buffer)?;
         let _ = out(dst as *mut u8, "dst")?;
         b.check_copy(offset, size)?;
@@ -428,7 +428,7 @@ pub extern "C" fn umdMemGetContextStats(
     context: umdContext,
     stats: *mut umdMemContextStats,
 ) -> umdResult {
-    guard("umdMemGetContextStats", || {
+    guard_on("umdMemGetContextStats", On::Context(context), || {
         let dst = out(stats, "stats")?;
         struct_size(
             dst.struct_size,

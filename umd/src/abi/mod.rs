@@ -23,28 +23,91 @@ pub mod types;
 use crate::error::{detail, umdResult, UmdError, UmdResult};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// The object a call acts on, so that every failure of a call on a live context handle (or on
+/// a command buffer or buffer of one) names that context in its detail and log record, whatever
+/// check failed first: a NULL out-pointer, a bad flag, a size of 0 (docs/libumd.md, "Error
+/// details"). Resolved only on the failure path.
+#[derive(Clone, Copy)]
+pub(crate) enum On {
+    /// A `umdContext`.
+    Context(u64),
+    /// A `umdCmdBuf` (its context).
+    CmdBuf(u64),
+    /// A `umdBuffer` (the context it was allocated on).
+    Buffer(u64),
+    /// A `umdFence` pointer (its context); NULL is skipped.
+    Fence(*const types::umdFence),
+}
+
+impl On {
+    fn ctx_id(self) -> Option<u64> {
+        use crate::registry::{BUFFERS, CMDBUFS, CONTEXTS};
+        match self {
+            On::Context(h) => CONTEXTS.get(h).ok().map(|c| c.id),
+            On::CmdBuf(h) => CMDBUFS.get(h).ok().map(|c| c.ctx.id),
+            On::Buffer(h) => BUFFERS.get(h).ok().map(|b| b.ctx_id),
+            // SAFETY: NULL or the caller's valid umdFence (documented in umd.h); the call that
+            // failed had the same pointer.
+            On::Fence(f) => unsafe { f.as_ref() }.and_then(|f| On::Context(f.context).ctx_id()),
+        }
+    }
+}
+
 /// Runs an API call: panics and errors become result codes with a recorded detail.
 pub(crate) fn guard(function: &'static str, f: impl FnOnce() -> UmdResult<umdResult>) -> umdResult {
+    guard_inner(function, None, f)
+}
+
+/// [`guard`] for a call on an object: a failure names the object's context.
+pub(crate) fn guard_on(
+    function: &'static str,
+    on: On,
+    f: impl FnOnce() -> UmdResult<umdResult>,
+) -> umdResult {
+    guard_inner(function, Some(on), f)
+}
+
+fn guard_inner(
+    function: &'static str,
+    on: Option<On>,
+    f: impl FnOnce() -> UmdResult<umdResult>,
+) -> umdResult {
     crate::log::ensure_init();
     crate::fork::install();
+    let with_ctx = |mut e: UmdError| {
+        if e.ctx_id == 0 {
+            if let Some(id) = on.and_then(On::ctx_id) {
+                e.ctx_id = id;
+            }
+        }
+        e
+    };
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
-        Ok(Err(e)) => fail(function, e),
+        Ok(Err(e)) => fail_safely(function, with_ctx(e)),
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "non-string panic payload".into());
-            fail(
+            fail_safely(
                 function,
-                UmdError::new(
+                with_ctx(UmdError::new(
                     umdResult::UMD_ERR_INTERNAL,
                     format!("panic inside {function}: {what}."),
-                ),
+                )),
             )
         }
     }
+}
+
+/// Records and logs a failure inside the panic boundary too: reporting must never turn an error
+/// into an abort across `extern "C"` (it runs in odd places: `atexit` handlers, a forked child).
+#[cold]
+fn fail_safely(function: &'static str, e: UmdError) -> umdResult {
+    let code = e.code;
+    catch_unwind(AssertUnwindSafe(|| fail(function, e))).unwrap_or(code)
 }
 
 #[cold]

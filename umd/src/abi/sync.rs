@@ -1,7 +1,7 @@
 //! Submission, fences and waits.
 
 use super::types::*;
-use super::{guard, inp, out, slice};
+use super::{guard_on, inp, out, slice, On};
 use crate::error::{umdResult, UmdError};
 use crate::registry::{CMDBUFS, CONTEXTS};
 
@@ -18,7 +18,7 @@ pub extern "C" fn umdSubmit(
     num_waits: u32,
     fence: *mut umdFence,
 ) -> umdResult {
-    guard("umdSubmit", || {
+    guard_on("umdSubmit", On::Context(context), || {
         let fence = out(fence, "fence")?;
         let ctx = CONTEXTS.get(context)?;
         let handles = slice(cmdbufs, count, "cmdbufs")?;
@@ -54,7 +54,7 @@ pub extern "C" fn umdSubmit(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdFenceQuery(fence: *const umdFence) -> umdResult {
-    guard("umdFenceQuery", || {
+    guard_on("umdFenceQuery", On::Fence(fence), || {
         let f = inp(fence, "fence")?;
         let ctx = CONTEXTS.get(f.context)?;
         crate::submit::query(&ctx, f.seqno)
@@ -68,7 +68,7 @@ pub extern "C" fn umdFenceQuery(fence: *const umdFence) -> umdResult {
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdFenceWait(fence: *const umdFence, timeout_ns: u64) -> umdResult {
-    guard("umdFenceWait", || {
+    guard_on("umdFenceWait", On::Fence(fence), || {
         let f = inp(fence, "fence")?;
         let ctx = CONTEXTS.get(f.context)?;
         crate::submit::wait(&ctx, f.seqno, timeout_ns)?;

@@ -91,7 +91,10 @@ fn fill(dst: &mut [c_char], s: &str) {
 }
 
 thread_local! {
-    static LAST: RefCell<Option<Box<umdErrorDetail>>> = const { RefCell::new(None) };
+    /// No destructor on purpose (the detail is plain data): a thread-local with one is gone
+    /// once `exit()` has run the thread's TLS destructors, and C programs call libumd from
+    /// `atexit` handlers, which run after that.
+    static LAST: RefCell<Option<umdErrorDetail>> = const { RefCell::new(None) };
 }
 
 /// OS thread id of the caller.
@@ -148,13 +151,19 @@ pub fn build(function: &str, err: &UmdError) -> umdErrorDetail {
 /// Stores the detail of a failure for the calling thread and returns it.
 pub fn record(function: &str, err: &UmdError) -> umdErrorDetail {
     let d = build(function, err);
-    LAST.with(|l| *l.borrow_mut() = Some(Box::new(d)));
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut slot) = l.try_borrow_mut() {
+            *slot = Some(d);
+        }
+    });
     d
 }
 
 /// The calling thread's most recent failure detail (code `UMD_SUCCESS` if none).
 pub fn last() -> umdErrorDetail {
-    LAST.with(|l| l.borrow().as_deref().copied())
+    LAST.try_with(|l| l.try_borrow().ok().and_then(|d| *d))
+        .ok()
+        .flatten()
         .unwrap_or_else(|| {
             let mut d = umdErrorDetail::empty();
             d.struct_size = std::mem::size_of::<umdErrorDetail>() as u32;

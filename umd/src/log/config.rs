@@ -97,7 +97,7 @@ pub const VARIABLES: &[&str] = &[
     "UMD_SIM_MEM_MIB",
 ];
 
-const FAMILIES: &[&str] = &["UMD_LOG", "UMD_SIM", "UMD_POOL", "UMD_BACK"];
+pub const FAMILIES: &[&str] = &["UMD_LOG", "UMD_SIM", "UMD_POOL", "UMD_BACK"];
 
 /// Set variables that look like libumd's but are not: (name, the closest real one).
 pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<(String, &'static str)> {

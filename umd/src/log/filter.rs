@@ -67,13 +67,8 @@ impl Filter {
                     if parse_level(l).is_none() {
                         return bad(d, format!("has the unknown level '{l}'"));
                     }
-                    if !super::targets::known(t) {
-                        return bad(
-                            d,
-                            format!(
-                                "names '{t}', which matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim)"
-                            ),
-                        );
+                    if let Err(why) = check_target(t) {
+                        return bad(d, why);
                     }
                     cleaned.push(format!("{t}={}", l.to_ascii_lowercase()));
                 }
@@ -149,6 +144,28 @@ impl std::fmt::Display for Filter {
     }
 }
 
+/// Checks a directive's target: a module path, and when it is libumd's own (`umd`, `umd::...`)
+/// one that some module starts with ([`super::targets::known`]): a typo such as `umd::memroy`
+/// would otherwise match nothing and leave the module off. A Rust program that links the crate
+/// may log under its own targets (they go through the same subscriber), so those pass.
+pub fn check_target(t: &str) -> Result<(), String> {
+    let is_path = t
+        .split("::")
+        .all(|seg| !seg.is_empty() && seg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    if !is_path {
+        return Err(format!(
+            "names '{t}', which is not a target (a module path such as umd::memory)"
+        ));
+    }
+    let ours = t == "umd" || t.starts_with("umd::");
+    if ours && !super::targets::known(t) {
+        return Err(format!(
+            "names '{t}', which matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim)"
+        ));
+    }
+    Ok(())
+}
+
 /// The level names a filter accepts, for messages.
 const LEVELS: &str = "off error warn info debug trace";
 
@@ -209,7 +226,8 @@ mod tests {
         for bad in [
             "verbose",
             "umd::memroy=debug",
-            "tokio=debug",
+            "umd::x=debug",
+            "my-app=debug",
             "=debug",
             "umd::memory=",
             "debug,info",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tracing::Metadata;
 
 /// Records of one call site shown on the console per window.
-pub const BURST: u32 = 5;
+pub(crate) const BURST: u32 = 5;
 /// The window.
 pub const WINDOW: Duration = Duration::from_secs(1);
 /// The summaries' target: exempt from the limit.

@@ -104,6 +104,9 @@ static STATS: Stats = Stats {
 struct Pipeline {
     tx: crossbeam_channel::Sender<Msg>,
     writer: std::thread::Thread,
+    /// Joined at shutdown once the writer acknowledged, so that a `dlclose` never unmaps code
+    /// that the writer thread is still running.
+    join: Mutex<Option<std::thread::JoinHandle<()>>>,
     sleeping: Arc<AtomicBool>,
     overflow: Overflow,
     error_flush: Duration,
@@ -226,11 +229,15 @@ fn start(cfg: &Config) -> bool {
             let p = Box::new(Pipeline {
                 tx,
                 writer: h.thread().clone(),
+                join: Mutex::new(None),
                 sleeping,
                 overflow: cfg.overflow,
                 error_flush: cfg.error_flush,
                 capacity: cfg.queue,
             });
+            if let Ok(mut j) = p.join.lock() {
+                *j = Some(h);
+            }
             PIPE.store(Box::into_raw(p), Ordering::Release);
         }
         Err(e) => {
@@ -282,7 +289,13 @@ pub fn shutdown(timeout: Duration) {
     let (ack, done) = bounded(1);
     if p.tx.send_timeout(Msg::Shutdown(ack), timeout).is_ok() {
         p.writer.unpark();
-        let _ = done.recv_timeout(timeout);
+        if done.recv_timeout(timeout).is_ok() {
+            // The writer has nothing left to do but return: the join is immediate.
+            let h = p.join.lock().ok().and_then(|mut j| j.take());
+            if let Some(h) = h {
+                let _ = h.join();
+            }
+        }
     }
 }
 

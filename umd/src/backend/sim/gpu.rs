@@ -402,7 +402,7 @@ impl Gpu {
                 fault: None,
             },
         );
-        tracing::debug!(ctx = id, queue, priority, "context created");
+        tracing::debug!(kmd_ctx = id, queue, priority, "context created");
         Ok(id)
     }
 
@@ -562,7 +562,7 @@ impl Gpu {
         drop(st);
         self.kick_device();
         tracing::trace!(
-            ctx = ctx_id,
+            kmd_ctx = ctx_id,
             seqno,
             job = job_id,
             queue,
@@ -715,9 +715,11 @@ impl Gpu {
                     c.reset_status = RESET_GUILTY;
                     c.fault = Some(info);
                 }
+                // `kmd_ctx`: the simulated kernel's context id, as in dmesg; the `ctx` field of a
+                // record is always the libumd context id the caller knows (docs/logging.md).
                 tracing::error!(
                     device = self.index,
-                    ctx,
+                    kmd_ctx = ctx,
                     seqno,
                     job,
                     queue,
@@ -725,7 +727,7 @@ impl Gpu {
                     access = regs::access_name(info.access),
                     va = format_args!("{:#x}", info.va),
                     offset = info.offset,
-                    "GPU fault: context {ctx} banned"
+                    "GPU fault: kmd context {ctx} banned"
                 );
             } else {
                 tracing::error!(
@@ -790,12 +792,12 @@ impl Gpu {
             }
             tracing::error!(
                 device = self.index,
-                ctx,
+                kmd_ctx = ctx,
                 seqno,
                 job,
                 queue,
                 timeout_ms = self.job_timeout.as_millis() as u64,
-                "job timeout: context {ctx} hung the GPU; resetting the engine"
+                "job timeout: kmd context {ctx} hung the GPU; resetting the engine"
             );
         }
         self.recover(&mut st, &mut d);

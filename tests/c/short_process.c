@@ -1,0 +1,202 @@
+/*
+ * Short-lived processes the way outside programs use libumd: written from include/umd.h and
+ * docs/ alone. Each mode is one program shape that used to lose its log, stall at exit, die of
+ * SIGPIPE or hang after fork. umd/tests/short_process.rs runs every mode (on the simulator, and
+ * with UMD_BACKEND=kmd where no module is loaded) and checks the exit status, the time, the
+ * console and the log file; the QEMU guest runs the fork modes against the real module.
+ *
+ *   short_process <mode>
+ *
+ * Output on stdout: "short_process: <what> <UMD_... name>" lines the harness checks, and
+ * "short_process: done" when main returns normally.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "umd.h"
+
+static void say(const char *what, umdResult r) {
+    printf("short_process: %s %s\n", what, umdGetErrorName(r));
+    fflush(stdout);
+}
+
+/* The detail's message of the last failure on this thread. */
+static void say_detail(const char *what) {
+    umdErrorDetail d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return;
+    printf("short_process: %s detail ctx=%llu %s\n", what, (unsigned long long)d.context_id, d.message);
+    fflush(stdout);
+}
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* A call that fails on every backend without a device: a NULL out-pointer. */
+static void fail_once(const char *what) {
+    umdBuffer b;
+    say(what, umdMemAlloc(0, 0, 0, &b));
+}
+
+static void *thread_exits(void *arg) {
+    (void)arg;
+    fail_once("thread alloc");
+    exit(0);
+    return NULL;
+}
+
+static void atexit_handler(void) {
+    fail_once("atexit alloc");
+    exit(0); /* exit() inside an atexit handler: the remaining handlers and libumd's still run */
+}
+
+/* Work on device 0 that must complete: one FILL, waited with a bounded timeout. */
+static int run_fill(umdDevice dev, const char *who) {
+    umdContext ctx;
+    umdResult r = umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx);
+    say("context create", r);
+    if (r != UMD_SUCCESS) return 1;
+    umdBuffer buf;
+    r = umdMemAlloc(ctx, 4096, 0, &buf);
+    if (r != UMD_SUCCESS) return say("alloc", r), 1;
+    umdDevicePtr va;
+    if (umdMemGetAddress(buf, &va) != UMD_SUCCESS) return 1;
+    umdCmdBuf cb;
+    if (umdCmdBufCreate(ctx, &cb) != UMD_SUCCESS || umdCmdBufBegin(cb) != UMD_SUCCESS ||
+        umdCmdFill(cb, va, 4096, 0x5a5a5a5au) != UMD_SUCCESS || umdCmdBufEnd(cb) != UMD_SUCCESS)
+        return say("record", UMD_ERR_INTERNAL), 1;
+    umdFence f;
+    r = umdSubmit(ctx, &cb, 1, NULL, 0, &f);
+    if (r != UMD_SUCCESS) return say("submit", r), 1;
+    r = umdFenceWait(&f, 10ull * 1000 * 1000 * 1000);
+    char what[64];
+    snprintf(what, sizeof what, "%s wait", who);
+    say(what, r);
+    uint32_t word = 0;
+    if (r == UMD_SUCCESS && umdMemcpyDtoH(&word, buf, 0, 4) == UMD_SUCCESS)
+        printf("short_process: %s word 0x%08x\n", who, word);
+    if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdMemFree(buf) != UMD_SUCCESS || umdContextDestroy(ctx) != UMD_SUCCESS)
+        return 1;
+    return r == UMD_SUCCESS ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "fail-first") == 0) {
+        umdDevice d;
+        say("open", umdDeviceOpen(0, &d));
+    } else if (strcmp(mode, "fail-alloc") == 0) {
+        uint32_t n = 0;
+        say("count", umdGetDeviceCount(&n));
+        fail_once("alloc");
+    } else if (strcmp(mode, "succeed-first") == 0) {
+        uint32_t n = 0;
+        say("count", umdGetDeviceCount(&n));
+    } else if (strcmp(mode, "exit-thread") == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, thread_exits, NULL) != 0) return 2;
+        for (;;) sleep_ms(1000); /* the second thread exits the process */
+    } else if (strcmp(mode, "atexit-exit") == 0) {
+        if (atexit(atexit_handler) != 0) return 2;
+        fail_once("main alloc");
+    } else if (strcmp(mode, "fork-exit") == 0) {
+        fail_once("parent alloc");
+        pid_t pid = fork();
+        if (pid == 0) {
+            fail_once("child alloc");
+            exit(0);
+        }
+        int st = 0;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 3;
+        printf("short_process: child exited 0\n");
+    } else if (strcmp(mode, "dlopen") == 0) {
+        void *h = dlopen("libumd.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!h) return printf("short_process: dlopen failed: %s\n", dlerror()), 2;
+        umdResult (*alloc)(umdContext, uint64_t, uint32_t, umdBuffer *) =
+            (umdResult(*)(umdContext, uint64_t, uint32_t, umdBuffer *))dlsym(h, "umdMemAlloc");
+        if (!alloc) return 2;
+        umdBuffer b;
+        printf("short_process: dlopen alloc %d\n", (int)alloc(0, 0, 0, &b));
+        if (dlclose(h) != 0) return 2;
+        printf("short_process: dlclosed\n");
+    } else if (strcmp(mode, "console-burst") == 0) {
+        /* Failing calls in separate writer batches: every one writes the console. */
+        for (int i = 0; i < 18; i++) {
+            fail_once("burst alloc");
+            sleep_ms(5);
+        }
+    } else if (strcmp(mode, "flood") == 0) {
+        /* 20,000 forged handles: the console gets a few records and a summary, the file all. */
+        for (int i = 0; i < 20000; i++) {
+            uint64_t addr = 0;
+            if (umdMemGetAddress((umdBuffer)(0x0300000100000000ull | (uint64_t)(i + 1000)), &addr) != UMD_ERR_INVALID_HANDLE)
+                return 4;
+        }
+        say("flood last", UMD_ERR_INVALID_HANDLE);
+    } else if (strcmp(mode, "file-path") == 0) {
+        char path[512];
+        size_t need = 0;
+        say("path NULL buf size 8", umdLogGetFilePath(NULL, 8, &need));
+        umdResult r = umdLogGetFilePath(path, sizeof path, &need);
+        say("path", r);
+        if (r == UMD_SUCCESS) printf("short_process: path is %s\n", path);
+    } else if (strcmp(mode, "hang-disabled") == 0) {
+        umdDevice dev;
+        umdContext ctx;
+        umdCmdBuf cb;
+        if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx) != UMD_SUCCESS ||
+            umdCmdBufCreate(ctx, &cb) != UMD_SUCCESS || umdCmdBufBegin(cb) != UMD_SUCCESS)
+            return 2;
+        say("hang", umdCmdDebugHang(cb));
+        say_detail("hang");
+        if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(ctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
+            return 2;
+    } else if (strcmp(mode, "fork-device") == 0) {
+        /* The parent keeps device 0 (and a context) open across fork(); the child uses the
+         * inherited handles (must fail fast, naming fork) and then opens its own device, whose
+         * work must run. The parent's device keeps working after the child is gone. */
+        umdDevice dev;
+        umdContext pctx;
+        if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &pctx) != UMD_SUCCESS)
+            return 2;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            umdBuffer b;
+            say("child inherited alloc", umdMemAlloc(pctx, 4096, 0, &b));
+            say_detail("child inherited alloc");
+            umdContext c2;
+            say("child inherited context create", umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2));
+            say("child inherited close", umdDeviceClose(dev));
+            umdDevice mine;
+            umdResult r = umdDeviceOpen(0, &mine);
+            say("child open", r);
+            if (r != UMD_SUCCESS) _exit(1);
+            int rc = run_fill(mine, "child");
+            say("child close", umdDeviceClose(mine));
+            exit(rc);
+        }
+        int st = 0;
+        if (waitpid(pid, &st, 0) != pid) return 3;
+        printf("short_process: child status %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        int rc = run_fill(dev, "parent");
+        if (umdContextDestroy(pctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS) return 2;
+        if (rc != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 5;
+    } else {
+        fprintf(stderr, "short_process: unknown mode '%s'\n", mode);
+        return 2;
+    }
+    printf("short_process: done\n");
+    return 0;
+}

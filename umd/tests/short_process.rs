@@ -1,0 +1,556 @@
+//! Short-lived processes, run the way outside programs run: `tests/c/short_process.c` (written
+//! from include/umd.h alone) in one mode per program shape, each in a fresh log directory. For
+//! each: the exit status, the exact records of the log file (level, module, function, ctx, code,
+//! message), the console, and the process time against the same program with `UMD_LOG=off`
+//! (docs/logging.md, "Short processes, fork and a closed console").
+
+#[path = "c_util.rs"]
+mod c_util;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn program() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = c_util::out_dir().join("short_process");
+        let o = c_util::compile_with(
+            "tests/c/short_process.c",
+            &exe,
+            &["-std=c11"],
+            &["-ldl", "-lpthread"],
+        );
+        assert!(
+            o.status.success(),
+            "short_process.c does not compile:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        exe
+    })
+    .clone()
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("umd-short-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create dir");
+    d
+}
+
+/// The program in `mode` with only the given `UMD_*` variables (plus a fresh `UMD_LOG_DIR`).
+fn command(mode: &str, dir: &Path, envs: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(program());
+    c.arg(mode);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMD_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("UMD_LOG_DIR", dir).env("UMD_LOG_SIGNALS", "0");
+    // The loader finds libumd.so.1 for dlopen by the run path of the program; make it explicit.
+    c.env("LD_LIBRARY_PATH", c_util::profile_dir());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c
+}
+
+struct Run {
+    out: Output,
+    took: Duration,
+    dir: PathBuf,
+}
+
+impl Run {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn assert_exit0(&self) {
+        assert!(
+            self.out.status.success(),
+            "status {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.out.status,
+            self.stdout(),
+            self.stderr()
+        );
+    }
+    /// The records of every `umd-<pid>.log` in the directory, file by file (sorted by name).
+    fn file_records(&self) -> Vec<Rec> {
+        log_files(&self.dir)
+            .iter()
+            .flat_map(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(parse)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+    fn console_records(&self) -> Vec<Rec> {
+        self.stderr()
+            .lines()
+            .filter(|l| l.starts_with("20"))
+            .map(parse)
+            .collect()
+    }
+}
+
+fn run(mode: &str, name: &str, envs: &[(&str, &str)]) -> Run {
+    let dir = fresh_dir(name);
+    let t = Instant::now();
+    let out = command(mode, &dir, envs)
+        .output()
+        .expect("run short_process");
+    Run {
+        out,
+        took: t.elapsed(),
+        dir,
+    }
+}
+
+fn log_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        n.starts_with("umd-") && !n.starts_with("umd-blackbox-") && n.ends_with(".log")
+    });
+    v.sort();
+    v
+}
+
+/// One text record's fixed fields (docs/logging.md, "Text"): level, module, function, ctx, code,
+/// message, and the raw `key=value` tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    level: String,
+    module: String,
+    function: String,
+    ctx: String,
+    code: String,
+    msg: String,
+    params: String,
+}
+
+fn parse(line: &str) -> Rec {
+    let mut rest = line;
+    let mut tok = Vec::new();
+    for _ in 0..9 {
+        let (t, r) = rest.split_once(' ').unwrap_or((rest, ""));
+        tok.push(t.to_string());
+        rest = r;
+    }
+    // The message is a JSON string literal; find where it ends.
+    let mut end = 1;
+    let b = rest.as_bytes();
+    while end < b.len() {
+        match b[end] {
+            b'\\' => end += 2,
+            b'"' => break,
+            _ => end += 1,
+        }
+    }
+    let msg: String = serde_json::from_str(&rest[..=end.min(rest.len() - 1)]).unwrap_or_else(|e| {
+        panic!("record message does not parse ({e}): {line}");
+    });
+    Rec {
+        level: tok[2].clone(),
+        module: tok[4].clone(),
+        function: tok[5].clone(),
+        ctx: tok[7].trim_start_matches("ctx=").to_string(),
+        code: tok[8].trim_start_matches("code=").to_string(),
+        msg,
+        params: rest[(end + 1).min(rest.len())..].trim().to_string(),
+    }
+}
+
+/// (level, module, function, ctx, code) of each record plus the message's start.
+fn shape(recs: &[Rec]) -> Vec<(String, String, String, String, String, String)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r.level.clone(),
+                r.module.clone(),
+                r.function.clone(),
+                r.ctx.clone(),
+                r.code.clone(),
+                r.msg.chars().take(60).collect(),
+            )
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The program's time with the log on, against `UMD_LOG=off`, medians of 3 each: within 50 ms.
+fn assert_quick(mode: &str, envs: &[(&str, &str)]) {
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for i in 0..3 {
+        on.push(run(mode, &format!("{mode}-t{i}"), envs).took);
+        let mut e = envs.to_vec();
+        e.push(("UMD_LOG", "off"));
+        off.push(run(mode, &format!("{mode}-o{i}"), &e).took);
+    }
+    let (on, off) = (median(on), median(off));
+    println!("{mode}: median {on:?} with the log, {off:?} with UMD_LOG=off");
+    assert!(
+        on < off + Duration::from_millis(50),
+        "{mode}: {on:?} with the log against {off:?} with UMD_LOG=off"
+    );
+}
+
+const KMD_ABSENT: &[(&str, &str)] = &[("UMD_BACKEND", "kmd")];
+
+fn kmd_present() -> bool {
+    std::fs::read_dir("/sys/module/aigpu").is_ok()
+}
+
+#[test]
+fn a_process_that_fails_at_its_first_call_keeps_its_records_and_exits_at_once() {
+    if kmd_present() {
+        return; // the guest has the module: there the kmd backend is available
+    }
+    let r = run("fail-first", "fail-first", KMD_ABSENT);
+    r.assert_exit0();
+    assert!(
+        r.stdout()
+            .contains("short_process: open UMD_ERR_INIT_BACKEND_UNAVAILABLE\n"),
+        "{}",
+        r.stdout()
+    );
+    let file = r.file_records();
+    println!("{:#?}", shape(&file));
+    assert_eq!(
+        shape(&file)
+            .iter()
+            .map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str(), s.4.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(
+            "WARN",
+            "umd::abi",
+            "umdDeviceOpen",
+            "UMD_ERR_INIT_BACKEND_UNAVAILABLE"
+        )],
+        "{file:#?}"
+    );
+    assert_eq!(r.console_records(), file, "console and file agree");
+    assert_quick("fail-first", KMD_ABSENT);
+}
+
+/// The sim WARN every process without a kernel device logs once (docs/libumd.md, backends).
+const SIM_NOTICE: &str = "no aigpu kernel device; using the simulator backend";
+
+fn shapes_of(recs: &[Rec]) -> Vec<(String, String, String, String)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r.level.clone(),
+                r.module.clone(),
+                r.function.clone(),
+                r.code.clone(),
+            )
+        })
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
+    v.iter()
+        .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
+        .collect()
+}
+
+const NULL_CTX_ALLOC: (&str, &str, &str, &str) =
+    ("WARN", "umd::abi", "umdMemAlloc", "UMD_ERR_INVALID_HANDLE");
+const SIM_SELECTED: (&str, &str, &str, &str) = ("WARN", "umd::backend::select", "-", "-");
+
+#[test]
+fn a_process_that_succeeds_then_fails_keeps_every_record() {
+    let r = run("fail-alloc", "fail-alloc", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let file = r.file_records();
+    assert_eq!(shapes_of(&file), owned(&[NULL_CTX_ALLOC]), "{file:#?}");
+    assert!(file[0]
+        .msg
+        .starts_with("umdContext handle 0x0000000000000000 is the null handle 0."));
+    assert_eq!(r.console_records(), file);
+    // With the automatic backend choice the simulator notice comes first.
+    let r = run("fail-alloc", "fail-alloc-auto", &[]);
+    r.assert_exit0();
+    if !kmd_present() {
+        let file = r.file_records();
+        assert_eq!(
+            shapes_of(&file),
+            owned(&[SIM_SELECTED, NULL_CTX_ALLOC]),
+            "{file:#?}"
+        );
+        assert!(file[0].msg.starts_with(SIM_NOTICE), "{file:#?}");
+    }
+    assert_quick("fail-alloc", &[("UMD_BACKEND", "sim")]);
+}
+
+#[test]
+fn a_process_that_succeeds_at_its_first_call_exits_at_once() {
+    let r = run("succeed-first", "succeed-first", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    assert!(r.stdout().contains("short_process: count UMD_SUCCESS\n"));
+    assert_eq!(
+        r.file_records(),
+        vec![],
+        "nothing to say at the default levels"
+    );
+    assert_quick("succeed-first", &[("UMD_BACKEND", "sim")]);
+}
+
+#[test]
+fn exit_from_a_second_thread_keeps_its_records() {
+    let r = run("exit-thread", "exit-thread", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let file = r.file_records();
+    assert_eq!(shapes_of(&file), owned(&[NULL_CTX_ALLOC]), "{file:#?}");
+    assert_eq!(r.console_records(), file);
+    assert_quick("exit-thread", &[("UMD_BACKEND", "sim")]);
+}
+
+#[test]
+fn a_call_from_an_atexit_handler_that_calls_exit_is_logged_not_aborted() {
+    let r = run("atexit-exit", "atexit-exit", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    assert!(
+        r.stdout()
+            .ends_with("short_process: done\nshort_process: atexit alloc UMD_ERR_INVALID_HANDLE\n"),
+        "{}",
+        r.stdout()
+    );
+    let file = r.file_records();
+    assert_eq!(
+        shapes_of(&file),
+        owned(&[NULL_CTX_ALLOC, NULL_CTX_ALLOC]),
+        "{file:#?}"
+    );
+    assert_eq!(r.console_records(), file);
+    assert_quick("atexit-exit", &[("UMD_BACKEND", "sim")]);
+}
+
+#[test]
+fn fork_then_exit_in_the_child_keeps_both_processes_records() {
+    let r = run("fork-exit", "fork-exit", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let files = log_files(&r.dir);
+    assert_eq!(files.len(), 2, "one file per process: {files:?}");
+    for f in &files {
+        let recs: Vec<Rec> = std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .map(parse)
+            .collect();
+        assert_eq!(
+            shapes_of(&recs),
+            owned(&[NULL_CTX_ALLOC]),
+            "{}: {recs:#?}",
+            f.display()
+        );
+    }
+    assert_eq!(r.console_records().len(), 2);
+    assert_quick("fork-exit", &[("UMD_BACKEND", "sim")]);
+}
+
+#[test]
+fn dlopen_and_dlclose_keep_the_records_and_do_not_crash() {
+    let r = run("dlopen", "dlopen", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    assert!(r
+        .stdout()
+        .contains("short_process: dlopen alloc -3\nshort_process: dlclosed\n"));
+    let file = r.file_records();
+    assert_eq!(shapes_of(&file), owned(&[NULL_CTX_ALLOC]), "{file:#?}");
+    assert_eq!(r.console_records(), file);
+    assert_quick("dlopen", &[("UMD_BACKEND", "sim")]);
+}
+
+/// `prog 2>&1 >/dev/null | head -1`: the console's reader goes away. libumd must not raise
+/// SIGPIPE in its host: the host exits 0, the file keeps every record, and one record says the
+/// console sink is down.
+#[test]
+fn a_closed_stderr_pipe_neither_kills_the_host_nor_loses_records() {
+    let dir = fresh_dir("sigpipe");
+    let mut child = command("console-burst", &dir, &[("UMD_BACKEND", "sim")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Read one line of the console, then close the pipe (what `| head -1` does).
+    let mut err = child.stderr.take().expect("stderr pipe");
+    let mut first = [0u8; 64];
+    let _ = err.read(&mut first);
+    drop(err);
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "host killed: {status:?}\n{stdout}");
+    assert!(stdout.ends_with("short_process: done\n"), "{stdout}");
+    let r = Run {
+        out: Output {
+            status,
+            stdout: stdout.into_bytes(),
+            stderr: Vec::new(),
+        },
+        took: Duration::ZERO,
+        dir,
+    };
+    let file = r.file_records();
+    let allocs = file.iter().filter(|f| f.function == "umdMemAlloc").count();
+    assert_eq!(allocs, 18, "every record in the file: {file:#?}");
+    let down: Vec<&Rec> = file
+        .iter()
+        .filter(|f| {
+            f.msg
+                .starts_with("console sink down: writing stderr failed: Broken pipe")
+        })
+        .collect();
+    assert_eq!(down.len(), 1, "said once: {file:#?}");
+    assert_eq!(down[0].module, "umd::log::writer");
+    assert_eq!(down[0].params, "errno=32");
+}
+
+#[test]
+fn a_console_flood_is_rate_limited_with_a_summary_and_the_file_keeps_all() {
+    let r = run("flood", "flood", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let file = r.file_records();
+    let console = r.console_records();
+    let in_file = file
+        .iter()
+        .filter(|f| f.function == "umdMemGetAddress")
+        .count();
+    assert_eq!(in_file, 20_000, "the file keeps every record");
+    let shown = console
+        .iter()
+        .filter(|f| f.function == "umdMemGetAddress")
+        .count();
+    let summaries: Vec<&Rec> = console
+        .iter()
+        .filter(|f| f.module == "umd::log::limit")
+        .collect();
+    let suppressed: u64 = summaries
+        .iter()
+        .map(|s| {
+            s.params
+                .split(' ')
+                .find_map(|kv| kv.strip_prefix("suppressed="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("suppressed=<n>")
+        })
+        .sum();
+    assert!(
+        shown <= 5 * 4,
+        "{shown} console records in a flood of 20,000"
+    );
+    assert_eq!(
+        shown as u64 + suppressed,
+        20_000,
+        "every record shown or counted: {summaries:#?}"
+    );
+    assert!(summaries[0].msg.ends_with(
+        "similar console records suppressed (at most 5 per call site per second); the log file has them all"
+    ));
+    assert!(
+        summaries[0].params.contains("site=umd/src/abi/mod.rs:"),
+        "{}",
+        summaries[0].params
+    );
+}
+
+#[test]
+fn the_log_file_path_is_there_right_after_start_up() {
+    for i in 0..5 {
+        let r = run(
+            "file-path",
+            &format!("file-path-{i}"),
+            &[("UMD_BACKEND", "sim")],
+        );
+        r.assert_exit0();
+        let out = r.stdout();
+        assert!(
+            out.contains("short_process: path NULL buf size 8 UMD_ERR_INVALID_POINTER\nshort_process: path UMD_SUCCESS\n"),
+            "{out}"
+        );
+        let path = out
+            .lines()
+            .find_map(|l| l.strip_prefix("short_process: path is "))
+            .expect("path line");
+        assert!(Path::new(path).starts_with(&r.dir), "{path}");
+        assert!(Path::new(path).exists(), "{path}");
+    }
+}
+
+#[test]
+fn a_hang_packet_without_hang_debugging_is_an_invalid_packet_on_its_context() {
+    let r = run(
+        "hang-disabled",
+        "hang-disabled",
+        &[("UMD_BACKEND", "sim"), ("UMD_SIM_HANG_DEBUG", "0")],
+    );
+    r.assert_exit0();
+    assert!(
+        r.stdout().contains("short_process: hang UMD_ERR_SUBMIT_INVALID_PACKET\nshort_process: hang detail ctx=1 invalid packet: HANG packet while hang debugging is disabled"),
+        "{}",
+        r.stdout()
+    );
+    let file = r.file_records();
+    let rec = file
+        .iter()
+        .find(|f| f.function == "umdCmdDebugHang")
+        .expect("logged");
+    assert_eq!(
+        (rec.ctx.as_str(), rec.code.as_str()),
+        ("1", "UMD_ERR_SUBMIT_INVALID_PACKET")
+    );
+}
+
+/// The fork contract (docs/libumd.md, "fork"): inherited handles fail fast naming fork(), the
+/// child's own device works, and the parent's keeps working. The QEMU guest runs the same mode
+/// on the kernel backend.
+#[test]
+fn after_fork_inherited_handles_fail_fast_and_the_childs_own_device_works() {
+    let t = Instant::now();
+    let r = run("fork-device", "fork-device", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let out = r.stdout();
+    for want in [
+        "short_process: child inherited alloc UMD_ERR_INVALID_HANDLE\n",
+        "short_process: child inherited context create UMD_ERR_INVALID_HANDLE\n",
+        "short_process: child inherited close UMD_ERR_INVALID_HANDLE\n",
+        "short_process: child open UMD_SUCCESS\n",
+        "short_process: child wait UMD_SUCCESS\nshort_process: child word 0x5a5a5a5a\n",
+        "short_process: child status 0\n",
+        "short_process: parent wait UMD_SUCCESS\nshort_process: parent word 0x5a5a5a5a\n",
+        "short_process: done\n",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    assert!(
+        out.contains("before fork(): a forked child cannot use its parent's devices, contexts, buffers or command buffers; open the device again in the child (umdDeviceOpen) and create new objects."),
+        "{out}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "no wait ran into a timeout: {:?}",
+        t.elapsed()
+    );
+}
