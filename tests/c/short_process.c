@@ -144,6 +144,22 @@ int main(int argc, char **argv) {
                 return 4;
         }
         say("flood last", UMD_ERR_INVALID_HANDLE);
+    } else if (strcmp(mode, "leak-arena") == 0) {
+        /* A forgotten arena: 5,000 buffers still allocated at umdContextDestroy. */
+        umdDevice dev;
+        umdContext ctx;
+        if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx) != UMD_SUCCESS)
+            return 2;
+        for (int i = 0; i < 5000; i++) {
+            umdBuffer b;
+            if (umdMemAlloc(ctx, 256, 0, &b) != UMD_SUCCESS) return 2;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        say("leaky destroy", umdContextDestroy(ctx));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("short_process: destroy took %ld us\n", (long)((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000));
+        if (umdDeviceClose(dev) != UMD_SUCCESS) return 2;
     } else if (strcmp(mode, "file-path") == 0) {
         char path[512];
         size_t need = 0;

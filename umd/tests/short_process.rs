@@ -554,3 +554,43 @@ fn after_fork_inherited_handles_fail_fast_and_the_childs_own_device_works() {
         t.elapsed()
     );
 }
+
+/// A context destroyed with 5,000 buffers still allocated: a bounded report (the first 32 leaks
+/// one record each, then one summary with the totals by size class: 256-byte buffers come from the 512-byte class), quickly.
+#[test]
+fn a_leaky_destroy_reports_a_bounded_summary_quickly() {
+    let r = run("leak-arena", "leak-arena", &[("UMD_BACKEND", "sim")]);
+    r.assert_exit0();
+    let file = r.file_records();
+    let detailed = file
+        .iter()
+        .filter(|f| f.msg == "leak: buffer still allocated at umdContextDestroy; freeing it")
+        .count();
+    assert_eq!(detailed, 32, "{:#?}", shape(&file));
+    let summary: Vec<&Rec> = file
+        .iter()
+        .filter(|f| f.msg.starts_with("leak summary:"))
+        .collect();
+    assert_eq!(summary.len(), 1);
+    assert_eq!(
+        summary[0].msg,
+        "leak summary: 5000 buffers (1280000 bytes) were still allocated at umdContextDestroy"
+    );
+    assert!(
+        summary[0]
+            .params
+            .starts_with("buffers=5000 bytes=1280000 unlisted=4968 groups=1 largest=\"size class 512: 5000 buffers, 1280000 bytes\""),
+        "{}",
+        summary[0].params
+    );
+    assert_eq!(summary[0].ctx, "1");
+    let us: u64 = r
+        .stdout()
+        .lines()
+        .find_map(|l| l.strip_prefix("short_process: destroy took "))
+        .and_then(|l| l.strip_suffix(" us"))
+        .and_then(|v| v.parse().ok())
+        .expect("time line");
+    assert!(us < 200_000, "destroy took {us} us");
+    println!("leaky destroy of 5000 buffers: {us} us");
+}

@@ -24,9 +24,10 @@ pub extern "C" fn umdContextCreate(
 }
 
 /// Destroys a context after its submitted work completes (bounded by the driver's job timeout).
-/// Buffers allocated on it that are still live are reported as leaks (WARN, one line each: size,
-/// age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on, then a summary line)
-/// and freed; command buffers created on it are destroyed.
+/// Buffers allocated on it that are still live are reported as leaks and freed: the first 32 one
+/// WARN each (size, age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on),
+/// then one summary WARN with the totals grouped by call site; command buffers created on it
+/// are destroyed.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
@@ -39,38 +40,15 @@ pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
                 let _ = CMDBUFS.remove(h);
             }
         }
-        // Leak report: one WARN line per buffer still allocated (size, age, tag, and the call
-        // site when the history is on), then a summary; the buffers are freed.
-        let (mut n, mut bytes) = (0u64, 0u64);
+        // Leak report (bounded: memory/leaks.rs); the buffers are freed.
+        let mut leaked = Vec::new();
         for (h, b) in BUFFERS.live() {
-            if b.ctx_id == ctx.id {
-                n += 1;
-                bytes += b.size;
-                let site = b.site.as_ref().map(|s| s.describe());
-                tracing::warn!(
-                    ctx = ctx.id,
-                    buffer = b.id,
-                    size = b.size,
-                    class = b.alloc_size,
-                    age_ms = b.born.elapsed().as_millis() as u64,
-                    tag = b.tag.as_deref().unwrap_or("-"),
-                    va = format_args!("{:#x}", b.va),
-                    site = site
-                        .as_deref()
-                        .unwrap_or("- (UMD_POOL_HISTORY=N records it)"),
-                    "leak: buffer still allocated at umdContextDestroy; freeing it"
-                );
-                let _ = BUFFERS.remove(h);
+            if b.ctx_id == ctx.id && BUFFERS.remove(h).is_ok() {
+                leaked.push(b);
             }
         }
-        if n > 0 {
-            tracing::warn!(
-                ctx = ctx.id,
-                buffers = n,
-                bytes,
-                "leak summary: {n} buffers ({bytes} bytes) were still allocated at umdContextDestroy"
-            );
-        }
+        crate::memory::leaks::report(ctx.id, "umdContextDestroy", &leaked);
+        drop(leaked);
         if let Ok(mut q) = ctx.inflight.lock() {
             q.clear();
         }

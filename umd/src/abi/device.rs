@@ -49,19 +49,14 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
                 let _ = CMDBUFS.remove(h);
             }
         }
+        let mut leaked = Vec::new();
         for (h, b) in BUFFERS.live() {
-            if Arc::ptr_eq(&b.device, &dev) {
-                tracing::warn!(
-                    ctx = b.ctx_id,
-                    buffer = b.id,
-                    size = b.size,
-                    age_ms = b.born.elapsed().as_millis() as u64,
-                    va = format_args!("{:#x}", b.va),
-                    "leak: buffer not freed before umdDeviceClose"
-                );
-                let _ = BUFFERS.remove(h);
+            if Arc::ptr_eq(&b.device, &dev) && BUFFERS.remove(h).is_ok() {
+                leaked.push(b);
             }
         }
+        crate::memory::leaks::report(0, "umdDeviceClose", &leaked);
+        drop(leaked);
         for (h, c) in CONTEXTS.live() {
             if Arc::ptr_eq(&c.device, &dev) {
                 tracing::warn!(

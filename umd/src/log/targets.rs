@@ -49,6 +49,7 @@ pub const MODULES: &[&str] = &[
     "umd::log::targets",
     "umd::log::writer",
     "umd::memory",
+    "umd::memory::leaks",
     "umd::memory::pool",
     "umd::memory::pool::block",
     "umd::memory::pool::cache",

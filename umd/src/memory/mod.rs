@@ -6,6 +6,7 @@
 //! Every alloc and free is logged at INFO with the buffer id, size, VA and context, so a log
 //! reader can pair them per context (seed 000 §4.1).
 
+pub mod leaks;
 pub mod pool;
 pub mod va;
 

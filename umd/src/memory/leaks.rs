@@ -1,0 +1,76 @@
+//! The leak report at `umdContextDestroy` and `umdDeviceClose`: buffers still allocated are
+//! named so the owner can find them, without turning one teardown into a flood.
+//!
+//! A framework that forgets a whole arena leaks tens of thousands of buffers at once; one WARN
+//! each made a single destroy print 122,880 lines and take half a second, and overflowed the log
+//! queue so the file lost most of them anyway. The report is bounded instead: the first
+//! [`DETAILED`] leaks one WARN each (size, age, tag, VA, call site when `UMD_POOL_HISTORY` is
+//! on), then one summary WARN with the totals and the leaks grouped by call site (or size class
+//! without the history), largest groups first. `umdMemDumpHistory` lists every live buffer.
+
+use super::Buffer;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Leaks logged one by one per report.
+pub const DETAILED: usize = 32;
+/// Groups named in the summary.
+const GROUPS: usize = 5;
+
+/// Logs the leak report for `leaked` (already removed from the handle table by the caller),
+/// found at `at` (`umdContextDestroy` / `umdDeviceClose`) on context `ctx` (0: the device's
+/// contexts).
+pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
+    if leaked.is_empty() {
+        return;
+    }
+    let mut bytes = 0u64;
+    let mut groups: HashMap<String, (u64, u64)> = HashMap::new();
+    for (i, b) in leaked.iter().enumerate() {
+        bytes += b.size;
+        let site = b.site.as_ref().map(|s| s.describe());
+        if i < DETAILED {
+            tracing::warn!(
+                ctx = b.ctx_id,
+                buffer = b.id,
+                size = b.size,
+                class = b.alloc_size,
+                age_ms = b.born.elapsed().as_millis() as u64,
+                tag = b.tag.as_deref().unwrap_or("-"),
+                va = format_args!("{:#x}", b.va),
+                site = site
+                    .as_deref()
+                    .unwrap_or("- (UMD_POOL_HISTORY=N records it)"),
+                "leak: buffer still allocated at {at}; freeing it"
+            );
+        }
+        let key = site.unwrap_or_else(|| format!("size class {}", b.alloc_size));
+        let g = groups.entry(key).or_default();
+        g.0 += 1;
+        g.1 += b.size;
+    }
+    let mut top: Vec<(String, (u64, u64))> = groups.into_iter().collect();
+    top.sort_by(|a, b| {
+        b.1 .1
+            .cmp(&a.1 .1)
+            .then(b.1 .0.cmp(&a.1 .0))
+            .then(a.0.cmp(&b.0))
+    });
+    let by_site = top
+        .iter()
+        .take(GROUPS)
+        .map(|(k, (n, b))| format!("{k}: {n} buffers, {b} bytes"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let n = leaked.len();
+    let unlisted = n.saturating_sub(DETAILED);
+    tracing::warn!(
+        ctx,
+        buffers = n as u64,
+        bytes,
+        unlisted = unlisted as u64,
+        groups = top.len() as u64,
+        largest = by_site.as_str(),
+        "leak summary: {n} buffers ({bytes} bytes) were still allocated at {at}"
+    );
+}
