@@ -220,6 +220,57 @@ fn old_runs_are_pruned_across_processes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run whose writer still holds its active file is live, whatever `kill(pid, 0)` says (a
+/// process in another PID namespace, or a pid reused): its files are never pruned.
+#[test]
+fn a_run_holding_its_file_lock_is_never_pruned() {
+    use std::os::fd::AsRawFd;
+    use umd::log::rotate::prune_runs;
+    let dir = fresh_dir("locked-run");
+    let dead: Vec<u32> = (4_180_000..4_184_000)
+        // SAFETY: signal 0 only checks existence.
+        .filter(|&p| unsafe { libc::kill(p as i32, 0) } != 0)
+        .take(3)
+        .collect();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    for pid in &dead {
+        for name in [format!("umd-{pid}.log"), format!("umd-{pid}.1.log")] {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(old).unwrap();
+        }
+    }
+    // The oldest "dead" run is in fact live elsewhere: its writer holds the shared lock.
+    let held = std::fs::File::open(dir.join(format!("umd-{}.log", dead[0]))).unwrap();
+    // SAFETY: flock on a file this test owns.
+    assert_eq!(
+        unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) },
+        0
+    );
+    let me = std::process::id();
+    std::fs::write(dir.join(format!("umd-{me}.log")), b"").unwrap();
+    // Keep 1 run (this one, the newest): the two unlocked dead runs go, the locked one stays.
+    assert_eq!(prune_runs(&dir, 1, me), 4);
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut want = vec![
+        format!("umd-{}.1.log", dead[0]),
+        format!("umd-{}.log", dead[0]),
+        format!("umd-{me}.log"),
+    ];
+    want.sort();
+    assert_eq!(left, want);
+    drop(held);
+    assert_eq!(
+        prune_runs(&dir, 1, me),
+        2,
+        "once the lock is gone the run is pruned"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn black_boxes_of_exited_runs_are_capped_newest_kept() {
     use umd::log::rotate::{prune_runs, BLACKBOXES_KEPT};

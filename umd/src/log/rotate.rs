@@ -135,6 +135,16 @@ impl RotatingFile {
             .mode(0o640)
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)?;
+        // A shared lock on the active file says "this run is live" to the pruning of other
+        // processes ([`prune_runs`]), across PID namespaces too; it goes away with the process.
+        // Best effort: a filesystem without flock leaves the pid check alone.
+        // SAFETY: flock on a file descriptor this function owns.
+        unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                libc::LOCK_SH | libc::LOCK_NB,
+            );
+        }
         self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
         self.file = Some(f);
         self.set_day(now_ns);
@@ -365,6 +375,7 @@ pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
         pid == me
             || unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+            || active_file_locked(&dir.join(format!("umd-{pid}.log")))
     };
     let mut v: Vec<(u32, std::time::SystemTime, Vec<PathBuf>)> =
         runs.into_iter().map(|(p, (t, f))| (p, t, f)).collect();
@@ -390,6 +401,24 @@ pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
         }
     }
     deleted
+}
+
+/// True when a live process holds the lock its writer takes on its active file (see
+/// [`RotatingFile::open`]): its pid may be in another PID namespace, or reused, so the lock is
+/// what tells a live run from an exited one. A pid check alone deleted the files of processes
+/// still running in a multi-process job.
+fn active_file_locked(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: flock on a file descriptor owned by `f`.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        // SAFETY: as above; release at once (closing `f` would too).
+        unsafe { libc::flock(fd, libc::LOCK_UN) };
+        return false;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
 /// Default log directory: `$XDG_STATE_HOME/aigpu`, else `$HOME/.local/state/aigpu`, else the
