@@ -165,7 +165,8 @@ if [ "$action" = uninstall ]; then
         d=$(dirname "$d")
       done
     done
-    rmdir "$destdir$prefix" 2>/dev/null || true
+    d=$prefix
+    while [ "$d" != / ] && rmdir "$destdir$d" 2>/dev/null; do d=$(dirname "$d"); done
   fi
   echo "install.sh: removed $removed files under $destdir$prefix"
   exit 0
