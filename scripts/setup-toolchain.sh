@@ -10,7 +10,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 APT_PKGS=(build-essential bc flex bison cpio libelf-dev libssl-dev dwarves python3 kmod
           rustc-web rust-web-src cargo-web clang-19 lld-19 llvm-19 libclang-19-dev
-          busybox-static g++ libspdlog-dev prometheus)
+          busybox-static g++ libspdlog-dev prometheus
+          cmake pkg-config python3-numpy python3-pytest python3-venv)
 missing=()
 for p in "${APT_PKGS[@]}" qemu-system-x86 "$KVER_PKG"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

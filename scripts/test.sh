@@ -4,7 +4,8 @@
 #   2. formatting and lints (cargo fmt --check, clippy -D warnings)
 #   3. the workspace tests: uapi layouts (Rust and C), the device model, libumd on the simulator
 #      (Rust tests, the C ABI test program, header and symbol checks); run-guest.sh's verdict on
-#      prepared serial logs (tests/scripts/run_guest_verdict.sh)
+#      prepared serial logs (tests/scripts/run_guest_verdict.sh); the install test: DESTDIR
+#      install, pkg-config/CMake/Python consumers, uninstall (tests/install/test_install.sh)
 #   4. the kernel module: debug kernel (cached), aigpu.ko, initramfs, QEMU guest running the
 #      in-guest suite (scripts/test-kmd.sh)
 # Set AIGPU_SKIP_KMD=1 to skip step 4 on a machine without the kernel toolchain.
@@ -35,6 +36,9 @@ step "workspace: $passed tests passed"
 
 step "scripts: run-guest.sh's verdict on prepared serial logs (QEMU stubbed)"
 bash tests/scripts/run_guest_verdict.sh
+
+step "install: DESTDIR install, pkg-config and CMake consumers, Python package, uninstall"
+bash tests/install/test_install.sh
 
 if [ "${AIGPU_SKIP_KMD:-0}" = 1 ]; then
   step "kernel module tests SKIPPED (AIGPU_SKIP_KMD=1)"
