@@ -101,6 +101,46 @@
 #define UMD_MEM_POOL_LARGE 2
 
 /**
+ * The one rule for every versioned struct (`umdErrorDetail`, `umdDeviceInfo`,
+ * `umdContextState`, `umdMemAllocInfo`, `umdMemStats`, `umdMemContextStats`, `umdLogStats`):
+ * set `struct_size = sizeof(<struct>)` from the header you compile with. libumd accepts any
+ * size from the struct's version 1 (the `UMD_*_SIZE_V1` constants, the sizes in this first ABI
+ * version) up: it fills what both sides know and never writes past `struct_size`. A smaller
+ * value is `UMD_ERR_INVALID_STRUCT_SIZE`, with the minimum in the detail.
+ */
+#define UMD_ERROR_DETAIL_SIZE_V1 1032
+
+/**
+ * Version-1 size of `umdDeviceInfo` (see `UMD_ERROR_DETAIL_SIZE_V1` for the rule).
+ */
+#define UMD_DEVICE_INFO_SIZE_V1 152
+
+/**
+ * Version-1 size of `umdContextState`.
+ */
+#define UMD_CONTEXT_STATE_SIZE_V1 56
+
+/**
+ * Version-1 size of `umdMemAllocInfo`.
+ */
+#define UMD_MEM_ALLOC_INFO_SIZE_V1 32
+
+/**
+ * Version-1 size of `umdMemStats`.
+ */
+#define UMD_MEM_STATS_SIZE_V1 1032
+
+/**
+ * Version-1 size of `umdMemContextStats`.
+ */
+#define UMD_MEM_CONTEXT_STATS_SIZE_V1 136
+
+/**
+ * Version-1 size of `umdLogStats`.
+ */
+#define UMD_LOG_STATS_SIZE_V1 96
+
+/**
  * `umdMemAlloc` flag: the GPU may only read the buffer.
  */
 #define UMD_MEM_READ_ONLY 1
@@ -386,6 +426,16 @@ enum umdErrorAction
    * A bug in the driver: report it with the detail and the log.
    */
   UMD_ACTION_REPORT_BUG = 7,
+  /**
+   * A setting is wrong (an environment variable or a configuration call): fix the value the
+   * detail names.
+   */
+  UMD_ACTION_FIX_CONFIGURATION = 8,
+  /**
+   * A per-process limit is reached: release objects of that kind (destroy contexts) and
+   * retry.
+   */
+  UMD_ACTION_RELEASE_AND_RETRY = 9,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -472,7 +522,8 @@ typedef uint64_t umdDevice;
 typedef uint32_t umdPriority;
 
 /**
- * Context state. Versioned: set `struct_size = sizeof(umdContextState)` first.
+ * Context state. Versioned: set `struct_size = sizeof(umdContextState)` first (at least
+ * `UMD_CONTEXT_STATE_SIZE_V1`).
  */
 typedef struct umdContextState {
   /**
@@ -518,7 +569,8 @@ typedef struct umdContextState {
 } umdContextState;
 
 /**
- * Device information. Versioned: set `struct_size = sizeof(umdDeviceInfo)` first.
+ * Device information. Versioned: set `struct_size = sizeof(umdDeviceInfo)` first (at least
+ * `UMD_DEVICE_INFO_SIZE_V1`).
  */
 typedef struct umdDeviceInfo {
   /**
@@ -660,7 +712,8 @@ typedef struct umdErrorDetail {
 } umdErrorDetail;
 
 /**
- * Logging counters. Versioned: set `struct_size = sizeof(umdLogStats)` first.
+ * Logging counters. Versioned: set `struct_size = sizeof(umdLogStats)` first (at least
+ * `UMD_LOG_STATS_SIZE_V1`).
  */
 typedef struct umdLogStats {
   /**
@@ -724,7 +777,8 @@ typedef struct umdLogStats {
 typedef uint64_t umdBuffer;
 
 /**
- * What umdMemAllocEx allocates. Versioned: set `struct_size = sizeof(umdMemAllocInfo)`.
+ * What umdMemAllocEx allocates. Versioned: set `struct_size = sizeof(umdMemAllocInfo)` (at
+ * least `UMD_MEM_ALLOC_INFO_SIZE_V1`).
  */
 typedef struct umdMemAllocInfo {
   /**
@@ -774,7 +828,9 @@ typedef struct umdMemCounter {
 } umdMemCounter;
 
 /**
- * Statistics of a device's memory pool. Versioned: set `struct_size = sizeof(umdMemStats)`.
+ * Statistics of a device's memory pool. Versioned: set `struct_size = sizeof(umdMemStats)`
+ * (at least `UMD_MEM_STATS_SIZE_V1`). Every device allocation of the process counts, including
+ * libumd's own upload of each ended command buffer (one read-only buffer per command buffer).
  * Arrays are indexed by UMD_MEM_POOL_ALL / SMALL / LARGE.
  */
 typedef struct umdMemStats {
@@ -906,7 +962,8 @@ typedef struct umdMemStats {
 } umdMemStats;
 
 /**
- * Per-context memory accounting. Versioned: set `struct_size` first.
+ * Per-context memory accounting. Versioned: set `struct_size = sizeof(umdMemContextStats)`
+ * (at least `UMD_MEM_CONTEXT_STATS_SIZE_V1`).
  */
 typedef struct umdMemContextStats {
   /**
@@ -997,7 +1054,11 @@ UMD_MUST_USE umdResult umdCmdBufDestroy(umdCmdBuf cmdbuf);
 UMD_MUST_USE umdResult umdCmdBufBegin(umdCmdBuf cmdbuf);
 
 /**
- * Ends recording; the command buffer can then be submitted (any number of times).
+ * Ends recording; the command buffer can then be submitted (any number of times) on the context
+ * it was created on. Ending uploads the packets into one read-only device buffer, which the
+ * memory statistics count like any other allocation (`umdMemStats.allocation_count` includes
+ * one per ended command buffer; `umdMemGetContextStats` of its context too): it is device memory
+ * the process holds until `umdCmdBufDestroy`.
  */
 UMD_MUST_USE umdResult umdCmdBufEnd(umdCmdBuf cmdbuf);
 
@@ -1069,7 +1130,10 @@ UMD_MUST_USE umdResult umdCmdWaitValue(umdCmdBuf cmdbuf, umdDevicePtr addr, uint
 UMD_MUST_USE umdResult umdCmdDebugHang(umdCmdBuf cmdbuf);
 
 /**
- * Creates a context on `device` with `priority` (UMD_PRIORITY_*).
+ * Creates a context on `device` with `priority` (UMD_PRIORITY_*). At most 64 contexts exist
+ * per open device (`umdDeviceOpen`); the 65th is `UMD_ERR_CTX_LIMIT` (action
+ * `UMD_ACTION_RELEASE_AND_RETRY`: destroy one, or open the device again), and so is a device
+ * whose hardware contexts are all in use by other processes (the detail says which limit).
  */
 UMD_MUST_USE
 umdResult umdContextCreate(umdDevice device,
@@ -1078,9 +1142,10 @@ umdResult umdContextCreate(umdDevice device,
 
 /**
  * Destroys a context after its submitted work completes (bounded by the driver's job timeout).
- * Buffers allocated on it that are still live are reported as leaks (WARN, one line each: size,
- * age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on, then a summary line)
- * and freed; command buffers created on it are destroyed.
+ * Buffers allocated on it that are still live are reported as leaks and freed: the first 32 one
+ * WARN each (size, age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on),
+ * then one summary WARN with the totals grouped by call site; command buffers created on it
+ * are destroyed.
  */
 UMD_MUST_USE umdResult umdContextDestroy(umdContext context);
 
@@ -1152,7 +1217,8 @@ int32_t umdIsRetryable(int32_t result);
 
 /**
  * Fills `*detail` with the calling thread's most recent failure (code UMD_SUCCESS if there was
- * none). Set `detail->struct_size = sizeof(umdErrorDetail)` first. Successful calls do not
+ * none). Set `detail->struct_size = sizeof(umdErrorDetail)` first (at least
+ * `UMD_ERROR_DETAIL_SIZE_V1`). Successful calls do not
  * clear it.
  */
 UMD_MUST_USE umdResult umdGetLastErrorDetail(struct umdErrorDetail *detail);
@@ -1331,7 +1397,9 @@ UMD_MUST_USE umdResult umdMemDumpHistoryToFile(umdDevice device, const char *pat
 /**
  * Submits `count` ended command buffers as one job on `context`, after the `num_waits` fences
  * in `waits` (from any context of the same device) signal. `*fence` receives the job's fence.
- * Batches larger than the kernel's per-ioctl limit are split transparently.
+ * Batches larger than the kernel's per-ioctl limit are split transparently. Every command
+ * buffer must have been created on `context` (`UMD_ERR_INVALID_ARGUMENT` naming the index and
+ * both contexts otherwise); a command buffer can be submitted any number of times once ended.
  */
 UMD_MUST_USE
 umdResult umdSubmit(umdContext context,

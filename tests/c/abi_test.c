@@ -457,6 +457,13 @@ int main(void) {
         MUST(umdCmdBufEnd(b));
         umdCmdBuf batch[3] = {b, b, b};
         EXPECT_CODE("batched submit after a fence of another context", umdSubmit(ctx_b, batch, 3, &fa, 1, &fb), UMD_SUCCESS);
+        umdFence fx;
+        umdCmdBuf mixed[2] = {b, a};
+        EXPECT_CODE("a command buffer of another context is refused", umdSubmit(ctx_b, mixed, 2, NULL, 0, &fx), UMD_ERR_INVALID_ARGUMENT);
+        expect_detail("foreign command buffer detail", UMD_ERR_INVALID_ARGUMENT, "umdSubmit", "cmdbufs[1] (0x");
+        umdErrorDetail fd = detail();
+        report("foreign command buffer names both contexts and the submitting one",
+               strstr(fd.message, "was created on context ") != NULL && fd.context_id != 0, fd.message);
         EXPECT_CODE("wait batched", umdFenceWait(&fb, 10 * SEC), UMD_SUCCESS);
         uint32_t w = 0;
         MUST(umdMemcpyDtoH(&w, buf, 40960 + 4092, 4));

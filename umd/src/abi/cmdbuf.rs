@@ -45,7 +45,11 @@ pub extern "C" fn umdCmdBufBegin(cmdbuf: umdCmdBuf) -> umdResult {
     })
 }
 
-/// Ends recording; the command buffer can then be submitted (any number of times).
+/// Ends recording; the command buffer can then be submitted (any number of times) on the context
+/// it was created on. Ending uploads the packets into one read-only device buffer, which the
+/// memory statistics count like any other allocation (`umdMemStats.allocation_count` includes
+/// one per ended command buffer; `umdMemGetContextStats` of its context too): it is device memory
+/// the process holds until `umdCmdBufDestroy`.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdBufEnd(cmdbuf: umdCmdBuf) -> umdResult {

@@ -6,7 +6,10 @@ use crate::error::umdResult;
 use crate::registry::{BUFFERS, CMDBUFS, CONTEXTS, DEVICES};
 use std::sync::Arc;
 
-/// Creates a context on `device` with `priority` (UMD_PRIORITY_*).
+/// Creates a context on `device` with `priority` (UMD_PRIORITY_*). At most 64 contexts exist
+/// per open device (`umdDeviceOpen`); the 65th is `UMD_ERR_CTX_LIMIT` (action
+/// `UMD_ACTION_RELEASE_AND_RETRY`: destroy one, or open the device again), and so is a device
+/// whose hardware contexts are all in use by other processes (the detail says which limit).
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextCreate(
@@ -33,7 +36,7 @@ pub extern "C" fn umdContextCreate(
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
     guard_on("umdContextDestroy", On::Context(context), || {
         let ctx = CONTEXTS.get(context)?;
-        let r = ctx.destroy();
+        let r = ctx.close(crate::context::ClosedBy::ContextDestroy);
         CONTEXTS.remove(context)?;
         for (h, cb) in CMDBUFS.live() {
             if Arc::ptr_eq(&cb.ctx, &ctx) {
@@ -69,7 +72,7 @@ pub extern "C" fn umdContextGetState(
         let dst = out(state, "state")?;
         struct_size(
             dst.struct_size,
-            std::mem::size_of::<umdContextState>(),
+            UMD_CONTEXT_STATE_SIZE_V1 as usize,
             "umdContextState",
         )?;
         let ctx = CONTEXTS.get(context)?;

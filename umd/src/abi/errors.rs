@@ -76,7 +76,8 @@ pub extern "C" fn umdIsRetryable(result: i32) -> i32 {
 }
 
 /// Fills `*detail` with the calling thread's most recent failure (code UMD_SUCCESS if there was
-/// none). Set `detail->struct_size = sizeof(umdErrorDetail)` first. Successful calls do not
+/// none). Set `detail->struct_size = sizeof(umdErrorDetail)` first (at least
+/// `UMD_ERROR_DETAIL_SIZE_V1`). Successful calls do not
 /// clear it.
 #[no_mangle]
 #[must_use]

@@ -32,7 +32,8 @@ pub const UMD_LOG_FORMAT_TEXT: u32 = 0;
 /// Record format: JSON lines for machines.
 pub const UMD_LOG_FORMAT_JSON: u32 = 1;
 
-/// Logging counters. Versioned: set `struct_size = sizeof(umdLogStats)` first.
+/// Logging counters. Versioned: set `struct_size = sizeof(umdLogStats)` first (at least
+/// `UMD_LOG_STATS_SIZE_V1`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(non_camel_case_types)]
@@ -296,7 +297,11 @@ pub extern "C" fn umdLogFlush(timeout_ms: u32) -> umdResult {
 pub extern "C" fn umdLogGetStats(stats: *mut umdLogStats) -> umdResult {
     guard("umdLogGetStats", || {
         let o = out(stats, "stats")?;
-        struct_size(o.struct_size, 16, "umdLogStats")?;
+        struct_size(
+            o.struct_size,
+            super::types::UMD_LOG_STATS_SIZE_V1 as usize,
+            "umdLogStats",
+        )?;
         let s = log::stats();
         let v = umdLogStats {
             struct_size: std::mem::size_of::<umdLogStats>() as u32,

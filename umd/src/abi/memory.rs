@@ -32,7 +32,9 @@ pub struct umdMemCounter {
     pub freed: u64,
 }
 
-/// Statistics of a device's memory pool. Versioned: set `struct_size = sizeof(umdMemStats)`.
+/// Statistics of a device's memory pool. Versioned: set `struct_size = sizeof(umdMemStats)`
+/// (at least `UMD_MEM_STATS_SIZE_V1`). Every device allocation of the process counts, including
+/// libumd's own upload of each ended command buffer (one read-only buffer per command buffer).
 /// Arrays are indexed by UMD_MEM_POOL_ALL / SMALL / LARGE.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -103,7 +105,8 @@ pub struct umdMemStats {
     pub device_free: u64,
 }
 
-/// Per-context memory accounting. Versioned: set `struct_size` first.
+/// Per-context memory accounting. Versioned: set `struct_size = sizeof(umdMemContextStats)`
+/// (at least `UMD_MEM_CONTEXT_STATS_SIZE_V1`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(non_camel_case_types)]
@@ -128,7 +131,8 @@ pub struct umdMemContextStats {
     pub num_cache_hits: u64,
 }
 
-/// What umdMemAllocEx allocates. Versioned: set `struct_size = sizeof(umdMemAllocInfo)`.
+/// What umdMemAllocEx allocates. Versioned: set `struct_size = sizeof(umdMemAllocInfo)` (at
+/// least `UMD_MEM_ALLOC_INFO_SIZE_V1`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -200,7 +204,7 @@ pub extern "C" fn umdMemAllocEx(
         let i = inp(info, "info")?;
         struct_size(
             i.struct_size,
-            std::mem::size_of::<umdMemAllocInfo>(),
+            UMD_MEM_ALLOC_INFO_SIZE_V1 as usize,
             "umdMemAllocInfo",
         )?;
         let ctx = CONTEXTS.get(context)?;
@@ -377,7 +381,7 @@ pub extern "C" fn umdMemGetStats(device: umdDevice, stats: *mut umdMemStats) -> 
         let dst = out(stats, "stats")?;
         struct_size(
             dst.struct_size,
-            std::mem::offset_of!(umdMemStats, allocated_bytes),
+            UMD_MEM_STATS_SIZE_V1 as usize,
             "umdMemStats",
         )?;
         let (dev, pool) = device_pool(device)?;
@@ -432,7 +436,7 @@ pub extern "C" fn umdMemGetContextStats(
         let dst = out(stats, "stats")?;
         struct_size(
             dst.struct_size,
-            std::mem::size_of::<umdMemContextStats>(),
+            UMD_MEM_CONTEXT_STATS_SIZE_V1 as usize,
             "umdMemContextStats",
         )?;
         let ctx = CONTEXTS.get(context)?;

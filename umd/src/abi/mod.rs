@@ -248,26 +248,38 @@ mod tests {
     }
 
     #[test]
-    fn versioned_detail_fills_only_what_the_caller_knows() {
+    fn versioned_detail_fills_only_what_both_sides_know() {
         let _ = guard("umdFails", || {
             Err(UmdError::new(umdResult::UMD_ERR_INVALID_RANGE, "past the end.").ctx(7))
         });
-        // An older caller whose struct ends after `line`: bytes beyond stay untouched.
-        let mut d = umdErrorDetail::empty();
-        d.thread_id = 0xAAAA;
-        d.struct_size = std::mem::offset_of!(umdErrorDetail, thread_id) as u32;
-        // SAFETY: d is a full struct, larger than the struct_size we claim.
-        unsafe { copy_out(&mut d) }.expect("copy");
-        assert_eq!(d.code, umdResult::UMD_ERR_INVALID_RANGE as i32);
-        assert_eq!(
-            d.struct_size,
-            std::mem::offset_of!(umdErrorDetail, thread_id) as u32
-        );
-        assert_eq!(d.thread_id, 0xAAAA, "wrote past the caller's struct_size");
-        let mut tiny = umdErrorDetail::empty();
-        tiny.struct_size = 4;
+        // A caller built against a newer header (a larger struct): libumd fills its own size,
+        // leaves the rest alone and keeps the caller's struct_size.
+        #[repr(C)]
+        struct Newer {
+            d: umdErrorDetail,
+            extra: u64,
+        }
+        let mut n = Newer {
+            d: umdErrorDetail::empty(),
+            extra: 0xAAAA,
+        };
+        n.d.struct_size = std::mem::size_of::<Newer>() as u32;
+        // SAFETY: `n` is valid for the struct_size it claims.
+        unsafe { copy_out(&mut n.d) }.expect("copy");
+        assert_eq!(n.d.code, umdResult::UMD_ERR_INVALID_RANGE as i32);
+        assert_eq!(n.d.context_id, 7);
+        assert_eq!(n.d.struct_size, std::mem::size_of::<Newer>() as u32);
+        assert_eq!(n.extra, 0xAAAA, "wrote past what libumd knows");
+        // Version 1 is the minimum; one byte less is refused with the minimum in the detail.
+        let mut v1 = umdErrorDetail::empty();
+        v1.struct_size = types::UMD_ERROR_DETAIL_SIZE_V1;
+        // SAFETY: a full struct.
+        unsafe { copy_out(&mut v1) }.expect("v1 size");
+        let mut short = umdErrorDetail::empty();
+        short.struct_size = types::UMD_ERROR_DETAIL_SIZE_V1 - 1;
         // SAFETY: as above.
-        let e = unsafe { copy_out(&mut tiny) }.unwrap_err();
+        let e = unsafe { copy_out(&mut short) }.unwrap_err();
         assert_eq!(e.code, umdResult::UMD_ERR_INVALID_STRUCT_SIZE);
+        assert!(e.message.ends_with("at least 1032."), "{}", e.message);
     }
 }

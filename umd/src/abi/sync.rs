@@ -7,7 +7,9 @@ use crate::registry::{CMDBUFS, CONTEXTS};
 
 /// Submits `count` ended command buffers as one job on `context`, after the `num_waits` fences
 /// in `waits` (from any context of the same device) signal. `*fence` receives the job's fence.
-/// Batches larger than the kernel's per-ioctl limit are split transparently.
+/// Batches larger than the kernel's per-ioctl limit are split transparently. Every command
+/// buffer must have been created on `context` (`UMD_ERR_INVALID_ARGUMENT` naming the index and
+/// both contexts otherwise); a command buffer can be submitted any number of times once ended.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdSubmit(
@@ -25,13 +27,26 @@ pub extern "C" fn umdSubmit(
         let waits = slice(waits, num_waits, "waits")?;
         let mut cbs = Vec::with_capacity(handles.len());
         for (i, &h) in handles.iter().enumerate() {
-            cbs.push(CMDBUFS.get(h).map_err(|e| {
+            let cb = CMDBUFS.get(h).map_err(|e| {
                 UmdError {
                     message: format!("cmdbufs[{i}]: {}", e.message),
                     ..e
                 }
                 .ctx(ctx.id)
-            })?);
+            })?;
+            // A command buffer belongs to the context it was created on: its lifetime (it goes
+            // with that context) and its accounting are that context's.
+            if !std::sync::Arc::ptr_eq(&cb.ctx, &ctx) {
+                return Err(UmdError::new(
+                    umdResult::UMD_ERR_INVALID_ARGUMENT,
+                    format!(
+                        "cmdbufs[{i}] (0x{h:016x}) was created on context {}, not on context {}: submit it on its own context, or create a command buffer on this one (umdCmdBufCreate).",
+                        cb.ctx.id, ctx.id
+                    ),
+                )
+                .ctx(ctx.id));
+            }
+            cbs.push(cb);
         }
         let mut deps = Vec::with_capacity(waits.len());
         for (i, w) in waits.iter().enumerate() {

@@ -3,6 +3,40 @@
 //! Constants are literals (cbindgen cannot evaluate expressions from other crates); the tests
 //! at the end pin each one to the uapi value it mirrors.
 
+/// The one rule for every versioned struct (`umdErrorDetail`, `umdDeviceInfo`,
+/// `umdContextState`, `umdMemAllocInfo`, `umdMemStats`, `umdMemContextStats`, `umdLogStats`):
+/// set `struct_size = sizeof(<struct>)` from the header you compile with. libumd accepts any
+/// size from the struct's version 1 (the `UMD_*_SIZE_V1` constants, the sizes in this first ABI
+/// version) up: it fills what both sides know and never writes past `struct_size`. A smaller
+/// value is `UMD_ERR_INVALID_STRUCT_SIZE`, with the minimum in the detail.
+pub const UMD_ERROR_DETAIL_SIZE_V1: u32 = 1032;
+/// Version-1 size of `umdDeviceInfo` (see `UMD_ERROR_DETAIL_SIZE_V1` for the rule).
+pub const UMD_DEVICE_INFO_SIZE_V1: u32 = 152;
+/// Version-1 size of `umdContextState`.
+pub const UMD_CONTEXT_STATE_SIZE_V1: u32 = 56;
+/// Version-1 size of `umdMemAllocInfo`.
+pub const UMD_MEM_ALLOC_INFO_SIZE_V1: u32 = 32;
+/// Version-1 size of `umdMemStats`.
+pub const UMD_MEM_STATS_SIZE_V1: u32 = 1032;
+/// Version-1 size of `umdMemContextStats`.
+pub const UMD_MEM_CONTEXT_STATS_SIZE_V1: u32 = 136;
+/// Version-1 size of `umdLogStats`.
+pub const UMD_LOG_STATS_SIZE_V1: u32 = 96;
+
+// The version-1 sizes are literals for the header; they are the structs' sizes in this version.
+const _: () = {
+    use std::mem::size_of;
+    assert!(size_of::<crate::error::detail::umdErrorDetail>() == UMD_ERROR_DETAIL_SIZE_V1 as usize);
+    assert!(size_of::<umdDeviceInfo>() == UMD_DEVICE_INFO_SIZE_V1 as usize);
+    assert!(size_of::<umdContextState>() == UMD_CONTEXT_STATE_SIZE_V1 as usize);
+    assert!(size_of::<super::memory::umdMemAllocInfo>() == UMD_MEM_ALLOC_INFO_SIZE_V1 as usize);
+    assert!(size_of::<super::memory::umdMemStats>() == UMD_MEM_STATS_SIZE_V1 as usize);
+    assert!(
+        size_of::<super::memory::umdMemContextStats>() == UMD_MEM_CONTEXT_STATS_SIZE_V1 as usize
+    );
+    assert!(size_of::<super::log::umdLogStats>() == UMD_LOG_STATS_SIZE_V1 as usize);
+};
+
 /// An open device. 0 is never a valid handle.
 #[allow(non_camel_case_types)]
 pub type umdDevice = u64;
@@ -71,7 +105,8 @@ pub struct umdFence {
     pub seqno: u64,
 }
 
-/// Device information. Versioned: set `struct_size = sizeof(umdDeviceInfo)` first.
+/// Device information. Versioned: set `struct_size = sizeof(umdDeviceInfo)` first (at least
+/// `UMD_DEVICE_INFO_SIZE_V1`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -112,7 +147,8 @@ pub struct umdDeviceInfo {
     pub max_cmdbufs_per_submit: u32,
 }
 
-/// Context state. Versioned: set `struct_size = sizeof(umdContextState)` first.
+/// Context state. Versioned: set `struct_size = sizeof(umdContextState)` first (at least
+/// `UMD_CONTEXT_STATE_SIZE_V1`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(non_camel_case_types)]

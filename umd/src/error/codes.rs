@@ -30,6 +30,12 @@ pub enum umdErrorAction {
     UMD_ACTION_CHECK_INSTALLATION = 6,
     /// A bug in the driver: report it with the detail and the log.
     UMD_ACTION_REPORT_BUG = 7,
+    /// A setting is wrong (an environment variable or a configuration call): fix the value the
+    /// detail names.
+    UMD_ACTION_FIX_CONFIGURATION = 8,
+    /// A per-process limit is reached: release objects of that kind (destroy contexts) and
+    /// retry.
+    UMD_ACTION_RELEASE_AND_RETRY = 9,
 }
 
 /// Result of every libumd call (`int32_t`): 0 success, < 0 error, > 0 status.
@@ -247,7 +253,7 @@ impl umdResult {
             umdResult::UMD_ERR_INIT_BAD_CONFIG => (
                 c"UMD_ERR_INIT_BAD_CONFIG",
                 c"invalid configuration value in the environment",
-                UMD_ACTION_FIX_CALL,
+                UMD_ACTION_FIX_CONFIGURATION,
             ),
             umdResult::UMD_ERR_DEVICE_LOST => (
                 c"UMD_ERR_DEVICE_LOST",
@@ -266,8 +272,8 @@ impl umdResult {
             ),
             umdResult::UMD_ERR_CTX_LIMIT => (
                 c"UMD_ERR_CTX_LIMIT",
-                c"context limit reached",
-                UMD_ACTION_RETRY,
+                c"context limit reached (64 per open device, or the device's hardware contexts)",
+                UMD_ACTION_RELEASE_AND_RETRY,
             ),
             umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => (
                 c"UMD_ERR_MEM_OUT_OF_MEMORY",
@@ -396,7 +402,9 @@ impl umdResult {
     pub fn is_retryable(self) -> bool {
         matches!(
             self.action(),
-            umdErrorAction::UMD_ACTION_RETRY | umdErrorAction::UMD_ACTION_FREE_MEMORY_AND_RETRY
+            umdErrorAction::UMD_ACTION_RETRY
+                | umdErrorAction::UMD_ACTION_FREE_MEMORY_AND_RETRY
+                | umdErrorAction::UMD_ACTION_RELEASE_AND_RETRY
         )
     }
 }
@@ -416,5 +424,11 @@ pub fn action_text(a: umdErrorAction) -> &'static str {
             "check the installation (module, device nodes, versions, permissions)"
         }
         umdErrorAction::UMD_ACTION_REPORT_BUG => "report a bug with this detail and the log files",
+        umdErrorAction::UMD_ACTION_FIX_CONFIGURATION => {
+            "fix the setting the detail names (environment variable or configuration call; docs/libumd.md lists them)"
+        }
+        umdErrorAction::UMD_ACTION_RELEASE_AND_RETRY => {
+            "destroy contexts this process no longer needs (or open the device again for 64 more), then retry"
+        }
     }
 }

@@ -182,7 +182,7 @@ pub unsafe fn copy_out(out: *mut umdErrorDetail) -> Result<(), UmdError> {
     // SAFETY: the caller guarantees `out` is valid for its struct_size; struct_size is the first
     // field, so reading it only needs 4 valid bytes.
     let size = unsafe { std::ptr::addr_of!((*out).struct_size).read_unaligned() } as usize;
-    let min = std::mem::offset_of!(umdErrorDetail, os_errno);
+    let min = crate::abi::types::UMD_ERROR_DETAIL_SIZE_V1 as usize;
     if size < min {
         return Err(UmdError::new(
             umdResult::UMD_ERR_INVALID_STRUCT_SIZE,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Leaks logged one by one per report.
-pub const DETAILED: usize = 32;
+pub(crate) const DETAILED: usize = 32;
 /// Groups named in the summary.
 const GROUPS: usize = 5;
 
