@@ -40,6 +40,8 @@ class ErrorAction(enum.IntEnum):
     FIX_CALL = 5
     CHECK_INSTALLATION = 6
     REPORT_BUG = 7
+    FIX_CONFIGURATION = 8
+    RELEASE_AND_RETRY = 9
 
 
 def error_name(code):

@@ -63,7 +63,7 @@ def test_init_error_bad_config():
         UMD_BACKEND="sim",
         UMD_SIM_MEM_MIB="1",
     )
-    assert out == "InitError UMD_ERR_INIT_BAD_CONFIG FIX_CALL umdDeviceOpen True\n"
+    assert out == "InitError UMD_ERR_INIT_BAD_CONFIG FIX_CONFIGURATION umdDeviceOpen True\n"
 
 
 def test_init_error_no_kernel_driver():
@@ -230,3 +230,20 @@ def test_context_managers(dev):
             pass
         assert b.closed and cb.closed and not c.closed
     assert c.closed
+
+
+def test_error_actions_match_the_header():
+    """ErrorAction has exactly umd.h's umdErrorAction enumerators (a new one must be added)."""
+    import os
+    import re
+
+    inc = os.environ.get("AIGPU_INCLUDE_DIR") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "include"
+    )
+    header = os.path.join(inc, "umd.h")
+    if not os.path.isfile(header):
+        pytest.skip("no umd.h next to this test")
+    want = {m.group(1): int(m.group(2)) for m in re.finditer(r"UMD_ACTION_(\w+) = (\d+),", open(header).read())}
+    assert {a.name: int(a) for a in A} == want
+    for code in aigpu.Result:
+        assert isinstance(aigpu.error_action(code), A), code

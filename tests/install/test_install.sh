@@ -190,7 +190,7 @@ got=$("${PYENV[@]}" "$PY" -c 'import aigpu, os; print(aigpu.__version__, os.path
 expect_eq "python -c 'import aigpu'" "$got" "$version $stage$pythondir/aigpu/__init__.py $L/$realname"
 # The library path install.sh recorded is the real prefix's, not the staging tree's.
 grep -qx "LIBDIR = \"$libdir\"" "$stage$pythondir/aigpu/_install.py" || fail "_install.py: $(cat "$stage$pythondir/aigpu/_install.py")"
-"${PYENV[@]}" AIGPU_TEST_INSTALLED=1 "$PY" -m pytest -q -p no:cacheprovider python/tests > "$tmp/pytest.log" 2>&1 ||
+"${PYENV[@]}" AIGPU_TEST_INSTALLED=1 AIGPU_INCLUDE_DIR="$stage$prefix/include" "$PY" -m pytest -q -p no:cacheprovider python/tests > "$tmp/pytest.log" 2>&1 ||
   { cat "$tmp/pytest.log"; fail "pytest against the installed package"; }
 tail -1 "$tmp/pytest.log"
 grep -qE '^[0-9]+ passed in ' <(tail -1 "$tmp/pytest.log") || fail "pytest: $(tail -1 "$tmp/pytest.log")"
