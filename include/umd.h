@@ -1146,6 +1146,12 @@ umdResult umdContextCreate(umdDevice device,
  * WARN each (size, age, tag, VA, and the allocation's call site when UMD_POOL_HISTORY is on),
  * then one summary WARN with the totals grouped by call site; command buffers created on it
  * are destroyed.
+ * A umdFenceWait blocked in another thread on this context fails with UMD_ERR_INVALID_HANDLE,
+ * detail "the context was destroyed by another thread (umdContextDestroy) while this wait was
+ * blocked". Simulator: the waiter wakes at once, the context's unfinished work is cancelled
+ * (engine reset; other contexts' work is resubmitted) and the destroy returns promptly. Kernel
+ * driver: the destroy waits for the work as without a waiter, and the waiter wakes when it
+ * ends (docs/libumd.md, "Closing under a blocked wait").
  */
 UMD_MUST_USE umdResult umdContextDestroy(umdContext context);
 
@@ -1170,6 +1176,12 @@ UMD_MUST_USE umdResult umdDeviceOpen(uint32_t index, umdDevice *device);
 /**
  * Closes a device. Contexts, buffers and command buffers still alive on it are reported as
  * leaks (one WARN line each) and destroyed; their handles become invalid.
+ * A umdFenceWait blocked in another thread on a context of the device fails with
+ * UMD_ERR_INVALID_HANDLE, detail "the device was closed by another thread (umdDeviceClose)
+ * while this wait was blocked". Simulator: the waiter wakes at once, the context's unfinished
+ * work is cancelled and the close returns promptly. Kernel driver: the close waits for that
+ * work to complete or be declared hung (job timeout) and the waiter wakes then
+ * (docs/libumd.md, "Closing under a blocked wait").
  */
 UMD_MUST_USE umdResult umdDeviceClose(umdDevice device);
 
@@ -1418,7 +1430,13 @@ UMD_MUST_USE umdResult umdFenceQuery(const struct umdFence *fence);
  * Sleeps until the fence signals or `timeout_ns` passes (UMD_TIMEOUT_INFINITE: no limit).
  * Outcomes: UMD_SUCCESS; UMD_ERR_SYNC_TIMEOUT (still running); UMD_ERR_SYNC_INTERRUPTED
  * (a signal: call again); UMD_ERR_CTX_LOST (the context faulted or hung: the fence will never
- * signal; the detail names the fault); UMD_ERR_DEVICE_LOST.
+ * signal; the detail names the fault); UMD_ERR_DEVICE_LOST; UMD_ERR_INVALID_HANDLE when
+ * another thread destroys the context (umdContextDestroy) or closes its device (umdDeviceClose)
+ * while this wait is blocked: the detail says "the context was destroyed by another thread
+ * (umdContextDestroy) while this wait was blocked" or "the device was closed by another thread
+ * (umdDeviceClose) while this wait was blocked" (simulator: at once; kernel driver: when the
+ * destroy has finished waiting for the context's work; docs/libumd.md, "Closing under a
+ * blocked wait").
  */
 UMD_MUST_USE umdResult umdFenceWait(const struct umdFence *fence, uint64_t timeout_ns);
 

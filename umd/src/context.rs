@@ -4,7 +4,7 @@ use crate::device::Device;
 use crate::errmap::Op;
 use crate::error::UmdResult;
 use crate::memory::pool::{Pool, Timeline};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -15,6 +15,26 @@ pub const PRIORITIES: [u32; 3] = [
     uapi::ioctl::PRIORITY_NORMAL,
     uapi::ioctl::PRIORITY_HIGH,
 ];
+
+/// Which call tore a context down (its [`Context::close`]): what a wait that was blocked on it
+/// reports (docs/libumd.md, "Closing under a blocked wait").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedBy {
+    /// `umdContextDestroy`.
+    ContextDestroy = 1,
+    /// `umdDeviceClose`.
+    DeviceClose = 2,
+}
+
+impl ClosedBy {
+    /// The sentence a wait blocked on the context reports (`UMD_ERR_INVALID_HANDLE`).
+    pub const fn sentence(self) -> &'static str {
+        match self {
+            ClosedBy::ContextDestroy => "the context was destroyed by another thread (umdContextDestroy) while this wait was blocked",
+            ClosedBy::DeviceClose => "the device was closed by another thread (umdDeviceClose) while this wait was blocked",
+        }
+    }
+}
 
 /// One context.
 pub struct Context {
@@ -38,6 +58,11 @@ pub struct Context {
     pub acct: u32,
     /// Completion of this context's jobs as the pool sees it.
     pub timeline: Arc<Timeline>,
+    /// Set (a [`ClosedBy`]) by [`Context::close`] before the KMD context is destroyed; 0 while
+    /// it lives.
+    closing: AtomicU8,
+    /// Threads inside the backend's WAIT on this context ([`Context::enter_wait`]).
+    waiters: AtomicU32,
 }
 
 impl Context {
@@ -75,6 +100,8 @@ impl Context {
             pool,
             acct,
             timeline,
+            closing: AtomicU8::new(0),
+            waiters: AtomicU32::new(0),
         })
     }
 
@@ -108,6 +135,57 @@ impl Context {
         }
     }
 
+    /// Tears the context down for `by`: marks it closing, wakes the threads blocked in a wait on
+    /// it (they fail with `UMD_ERR_INVALID_HANDLE` and [`ClosedBy::sentence`]) and destroys the
+    /// KMD context. With a waiter blocked, the simulator cancels the context's unfinished work
+    /// so that neither side waits for it; aigpu.ko cannot (no such ioctl): there the destroy
+    /// waits for the work as always and the waiters wake when it ends (docs/libumd.md, "Closing
+    /// under a blocked wait").
+    pub fn close(&self, by: ClosedBy) -> UmdResult<()> {
+        // SeqCst pairs with `enter_wait`: either this sees the waiter, or the waiter sees the
+        // flag before it reaches the backend.
+        self.closing.store(by as u8, Ordering::SeqCst);
+        let waiters = self.waiters.load(Ordering::SeqCst);
+        if waiters > 0 {
+            let woken = self
+                .device
+                .backend
+                .cancel_for_close(self.kmd_id)
+                .unwrap_or(false);
+            tracing::warn!(
+                ctx = self.id,
+                waiters,
+                woken,
+                "context torn down by {} while {waiters} thread(s) wait on it",
+                match by {
+                    ClosedBy::ContextDestroy => "umdContextDestroy",
+                    ClosedBy::DeviceClose => "umdDeviceClose",
+                }
+            );
+        }
+        self.destroy()
+    }
+
+    /// Set once [`Context::close`] started.
+    pub fn closed_by(&self) -> Option<ClosedBy> {
+        match self.closing.load(Ordering::SeqCst) {
+            1 => Some(ClosedBy::ContextDestroy),
+            2 => Some(ClosedBy::DeviceClose),
+            _ => None,
+        }
+    }
+
+    /// Counts the calling thread as a waiter until the guard drops; `None` (not counted) when
+    /// the context is already being closed.
+    pub fn enter_wait(&self) -> Option<WaitGuard<'_>> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let g = WaitGuard(self);
+        if self.closed_by().is_some() {
+            return None;
+        }
+        Some(g)
+    }
+
     /// Destroys the KMD context (after its pending work, bounded by the job timeout).
     pub fn destroy(&self) -> UmdResult<()> {
         // Also on a lost device (both backends accept CTX_DESTROY then): the file's teardown
@@ -132,6 +210,15 @@ impl Context {
                 q.pop_front();
             }
         }
+    }
+}
+
+/// A thread counted in a context's waiters ([`Context::enter_wait`]).
+pub struct WaitGuard<'a>(&'a Context);
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

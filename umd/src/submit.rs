@@ -163,7 +163,15 @@ pub fn wait(ctx: &Context, seqno: u64, timeout_ns: u64) -> UmdResult<()> {
         return Ok(());
     }
     let deadline = mono_ns().saturating_add(timeout_ns);
-    match ctx.device.backend.wait(ctx.kmd_id, seqno, deadline) {
+    let waited = match ctx.enter_wait() {
+        Some(_counted) => ctx.device.backend.wait(ctx.kmd_id, seqno, deadline),
+        // Closing already: what the driver says about a destroyed context.
+        None => Err(crate::backend::KmdError::new(
+            libc::EINVAL,
+            uapi::reason::CTX_INVALID,
+        )),
+    };
+    match waited {
         Ok(done) => {
             ctx.retire(done);
             // The completion side of the job story (failures are logged by `wait_error`); the
@@ -171,8 +179,37 @@ pub fn wait(ctx: &Context, seqno: u64, timeout_ns: u64) -> UmdResult<()> {
             tracing::info!(ctx = ctx.id, seqno, completed = done, "wait done");
             Ok(())
         }
-        Err(e) => Err(wait_error(ctx, seqno, timeout_ns, e)),
+        Err(e) => match ctx.closed_by() {
+            Some(by) if crate::errmap::code_for(Op::Wait, &e) != umdResult::UMD_ERR_DEVICE_LOST => {
+                Err(closed_error(ctx, seqno, by, e))
+            }
+            _ => Err(wait_error(ctx, seqno, timeout_ns, e)),
+        },
     }
+}
+
+/// A wait that failed because another thread tore its context down (docs/libumd.md, "Closing
+/// under a blocked wait"): whatever the driver said (a destroyed context, a hang the destroy
+/// waited for, an interrupted or timed-out sleep) the fence will never signal now.
+#[track_caller]
+fn closed_error(
+    ctx: &Context,
+    seqno: u64,
+    by: crate::context::ClosedBy,
+    e: crate::backend::KmdError,
+) -> UmdError {
+    UmdError::new(
+        umdResult::UMD_ERR_INVALID_HANDLE,
+        format!(
+            "wait for fence (context {}, seqno {seqno}): {}; the fence will never signal (the driver said {}).",
+            ctx.id,
+            by.sentence(),
+            e.describe()
+        ),
+    )
+    .kmd(e.errno, e.reason)
+    .ctx(ctx.id)
+    .seqno(seqno)
 }
 
 /// Non-blocking: `UMD_SUCCESS` when signalled, `UMD_STATUS_NOT_READY` otherwise.

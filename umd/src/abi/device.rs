@@ -34,6 +34,12 @@ pub extern "C" fn umdDeviceOpen(index: u32, device: *mut umdDevice) -> umdResult
 
 /// Closes a device. Contexts, buffers and command buffers still alive on it are reported as
 /// leaks (one WARN line each) and destroyed; their handles become invalid.
+/// A umdFenceWait blocked in another thread on a context of the device fails with
+/// UMD_ERR_INVALID_HANDLE, detail "the device was closed by another thread (umdDeviceClose)
+/// while this wait was blocked". Simulator: the waiter wakes at once, the context's unfinished
+/// work is cancelled and the close returns promptly. Kernel driver: the close waits for that
+/// work to complete or be declared hung (job timeout) and the waiter wakes then
+/// (docs/libumd.md, "Closing under a blocked wait").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
@@ -64,7 +70,7 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
                     "leak: context not destroyed before umdDeviceClose"
                 );
                 let _ = CONTEXTS.remove(h);
-                let _ = c.destroy();
+                let _ = c.close(crate::context::ClosedBy::DeviceClose);
             }
         }
         DEVICES.remove(device)?;
@@ -89,7 +95,7 @@ pub extern "C" fn umdDeviceGetInfo(device: umdDevice, info: *mut umdDeviceInfo) 
         let dst = out(info, "info")?;
         struct_size(
             dst.struct_size,
-            std::mem::offset_of!(umdDeviceInfo, uapi_major),
+            UMD_DEVICE_INFO_SIZE_V1 as usize,
             "umdDeviceInfo",
         )?;
         let dev = DEVICES.get(device)?;

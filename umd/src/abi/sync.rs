@@ -79,7 +79,13 @@ pub extern "C" fn umdFenceQuery(fence: *const umdFence) -> umdResult {
 /// Sleeps until the fence signals or `timeout_ns` passes (UMD_TIMEOUT_INFINITE: no limit).
 /// Outcomes: UMD_SUCCESS; UMD_ERR_SYNC_TIMEOUT (still running); UMD_ERR_SYNC_INTERRUPTED
 /// (a signal: call again); UMD_ERR_CTX_LOST (the context faulted or hung: the fence will never
-/// signal; the detail names the fault); UMD_ERR_DEVICE_LOST.
+/// signal; the detail names the fault); UMD_ERR_DEVICE_LOST; UMD_ERR_INVALID_HANDLE when
+/// another thread destroys the context (umdContextDestroy) or closes its device (umdDeviceClose)
+/// while this wait is blocked: the detail says "the context was destroyed by another thread
+/// (umdContextDestroy) while this wait was blocked" or "the device was closed by another thread
+/// (umdDeviceClose) while this wait was blocked" (simulator: at once; kernel driver: when the
+/// destroy has finished waiting for the context's work; docs/libumd.md, "Closing under a
+/// blocked wait").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdFenceWait(fence: *const umdFence, timeout_ns: u64) -> umdResult {

@@ -29,7 +29,10 @@ pub use gpu::{Counters, Injection};
 /// The simulated GPUs of this process by index, each with the fork generation it was started
 /// in: a forked child has no device thread behind its parent's GPUs, so it starts its own
 /// (`crate::fork`).
-static GPUS: OnceLock<Mutex<Vec<(u64, Weak<Gpu>)>>> = OnceLock::new();
+static GPUS: OnceLock<Mutex<Vec<StartedGpu>>> = OnceLock::new();
+
+/// A simulated GPU and the fork generation it was started in.
+type StartedGpu = (u64, Weak<Gpu>);
 static NEXT_FILE: AtomicU64 = AtomicU64::new(1);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -362,6 +365,10 @@ impl Backend for SimFile {
 
     fn ctx_destroy(&self, ctx_id: u32) -> KmdResult<()> {
         self.gpu.ctx_destroy(self.id, ctx_id)
+    }
+
+    fn cancel_for_close(&self, ctx_id: u32) -> KmdResult<bool> {
+        self.gpu.cancel_for_close(self.id, ctx_id).map(|()| true)
     }
 
     fn submit(
