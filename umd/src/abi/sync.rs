@@ -36,7 +36,9 @@ pub extern "C" fn umdSubmit(
             })?;
             // A command buffer belongs to the context it was created on: its lifetime (it goes
             // with that context) and its accounting are that context's.
-            if !std::sync::Arc::ptr_eq(&cb.ctx, &ctx) {
+            // (One of another device is refused as a foreign handle by `submit`.)
+            let same_device = std::sync::Arc::ptr_eq(&cb.ctx.device, &ctx.device);
+            if same_device && !std::sync::Arc::ptr_eq(&cb.ctx, &ctx) {
                 return Err(UmdError::new(
                     umdResult::UMD_ERR_INVALID_ARGUMENT,
                     format!(
