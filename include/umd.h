@@ -1148,10 +1148,8 @@ umdResult umdContextCreate(umdDevice device,
  * are destroyed.
  * A umdFenceWait blocked in another thread on this context fails with UMD_ERR_INVALID_HANDLE,
  * detail "the context was destroyed by another thread (umdContextDestroy) while this wait was
- * blocked". Simulator: the waiter wakes at once, the context's unfinished work is cancelled
- * (engine reset; other contexts' work is resubmitted) and the destroy returns promptly. Kernel
- * driver: the destroy waits for the work as without a waiter, and the waiter wakes when it
- * ends (docs/libumd.md, "Closing under a blocked wait").
+ * blocked", at once (both backends); the destroy itself still waits for the context's work
+ * (docs/libumd.md, "Closing under a blocked wait").
  */
 UMD_MUST_USE umdResult umdContextDestroy(umdContext context);
 
@@ -1175,13 +1173,13 @@ UMD_MUST_USE umdResult umdDeviceOpen(uint32_t index, umdDevice *device);
 
 /**
  * Closes a device. Contexts, buffers and command buffers still alive on it are reported as
- * leaks (one WARN line each) and destroyed; their handles become invalid.
+ * leaks (bounded: the first 32 buffers one WARN each, then a summary) and destroyed; their
+ * handles become invalid.
  * A umdFenceWait blocked in another thread on a context of the device fails with
  * UMD_ERR_INVALID_HANDLE, detail "the device was closed by another thread (umdDeviceClose)
- * while this wait was blocked". Simulator: the waiter wakes at once, the context's unfinished
- * work is cancelled and the close returns promptly. Kernel driver: the close waits for that
- * work to complete or be declared hung (job timeout) and the waiter wakes then
- * (docs/libumd.md, "Closing under a blocked wait").
+ * while this wait was blocked", at once (both backends); the close itself waits for each
+ * context's submitted work to complete or be declared hung (the job timeout), as
+ * umdContextDestroy does (docs/libumd.md, "Closing under a blocked wait").
  */
 UMD_MUST_USE umdResult umdDeviceClose(umdDevice device);
 
@@ -1434,9 +1432,8 @@ UMD_MUST_USE umdResult umdFenceQuery(const struct umdFence *fence);
  * another thread destroys the context (umdContextDestroy) or closes its device (umdDeviceClose)
  * while this wait is blocked: the detail says "the context was destroyed by another thread
  * (umdContextDestroy) while this wait was blocked" or "the device was closed by another thread
- * (umdDeviceClose) while this wait was blocked" (simulator: at once; kernel driver: when the
- * destroy has finished waiting for the context's work; docs/libumd.md, "Closing under a
- * blocked wait").
+ * (umdDeviceClose) while this wait was blocked", at once on both backends (docs/libumd.md,
+ * "Closing under a blocked wait").
  */
 UMD_MUST_USE umdResult umdFenceWait(const struct umdFence *fence, uint64_t timeout_ns);
 

@@ -107,6 +107,10 @@ pub(crate) struct Ctx {
     pub(crate) zombie: bool,
     /// Jobs of this context in a ring.
     pub(crate) inflight: u32,
+    /// CTX_DESTROY is waiting for this context's work: a WAIT on it returns at once (EINVAL,
+    /// CTX_INVALID), so that a thread blocked in a wait is not left sleeping while another one
+    /// tears the context down.
+    pub(crate) closing: bool,
 }
 
 /// One job: the descriptors of one submit.
@@ -914,6 +918,7 @@ impl Gpu {
             fault: None,
             zombie: false,
             inflight: 0,
+            closing: false,
         };
         if let Err(e) = st.contexts.try_create_and_insert(id, ctx, GFP_KERNEL) {
             let _ = st.free_fence_slots.push(fence_slot, GFP_KERNEL);
@@ -931,13 +936,18 @@ impl Gpu {
         }
     }
 
-    /// CTX_DESTROY: waits for the context's pending work (bounded by the job timeout; a signal
-    /// stops the wait), then destroys it. Work still in a ring keeps its fence slot until it
+    /// CTX_DESTROY: wakes the context's waiters (they return CTX_INVALID), waits for its
+    /// pending work (bounded by the job timeout; a signal stops the wait), then destroys it. Work still in a ring keeps its fence slot until it
     /// leaves.
     pub(crate) fn ctx_destroy(&self, client: u64, id: u32) -> Result<(), Fail> {
         let deadline = mono_ns() + 2 * self.timeout_ns() + 1_000_000_000;
         let mut st = self.sched.lock();
         Self::ctx_of(&st, client, id)?;
+        // Waiters on this context wake now and see it closing (see `wait`).
+        if let Some(c) = st.contexts.get_mut(&id) {
+            c.closing = true;
+        }
+        self.changed.notify_all();
         loop {
             let Ok(c) = Self::ctx_of(&st, client, id) else {
                 return Err(fail(EINVAL, r::CTX_INVALID));
@@ -1265,6 +1275,9 @@ impl Gpu {
             }
             if c.completed >= seqno {
                 return Ok(c.completed);
+            }
+            if c.closing {
+                return Err(fail(EINVAL, r::CTX_INVALID));
             }
             if c.banned {
                 return Err(fail(ECANCELED, r::CTX_LOST));

@@ -6,6 +6,8 @@
 #   bin/pool_*                the memory-pool tests (umd/tests/pool_*.rs; they honour
 #                             UMD_BACKEND=kmd too)
 #   bin/abi_test              the C ABI test program (tests/c/abi_test.c)
+#   bin/short_process         short-lived program shapes (tests/c/short_process.c); the guest
+#                             runs its fork contract on the kernel backend
 #   bin/mlp_demo              the demo
 #   bin/umd-submit-bench      the kernel-submission benchmark (bench/submit; run by init.sh when
 #                             the kernel command line says aigpu.bench=1)
@@ -54,10 +56,10 @@ for l in sys.stdin:
 cp "$bench" "$OUT/bin/umd-pool-bench"
 # The guest needs no debug info (it only grows the initramfs the guest unpacks into RAM).
 strip --strip-debug "$OUT"/bin/* 2>/dev/null || true
-for prog in tests/c/abi_test.c examples/mlp_demo.c; do
+for prog in tests/c/abi_test.c tests/c/short_process.c examples/mlp_demo.c; do
   name=$(basename "$prog" .c)
   cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/$name" "$prog" \
-     -Ltarget/release -lumd -Wl,-rpath,/lib
+     -Ltarget/release -lumd -ldl -lpthread -Wl,-rpath,/lib
 done
 cp target/release/libumd.so "$OUT/lib/libumd.so"
 ln -sf libumd.so "$OUT/lib/libumd.so.1"

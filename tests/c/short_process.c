@@ -91,6 +91,65 @@ static int run_fill(umdDevice dev, const char *who) {
     return r == UMD_SUCCESS ? 0 : 1;
 }
 
+static uint64_t now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+struct close_waiter {
+    umdFence fence;
+    umdResult code;
+    uint64_t woke_us;
+    char message[UMD_DETAIL_MESSAGE_LEN];
+};
+
+static void *wait_forever(void *arg) {
+    struct close_waiter *w = arg;
+    w->code = umdFenceWait(&w->fence, UMD_TIMEOUT_INFINITE);
+    w->woke_us = now_us();
+    umdErrorDetail d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    if (umdGetLastErrorDetail(&d) == UMD_SUCCESS) memcpy(w->message, d.message, sizeof w->message);
+    return NULL;
+}
+
+/* umdDeviceClose while another thread is blocked in umdFenceWait on a job that never finishes
+ * (it waits for a value nobody writes): the waiter must wake at once with
+ * UMD_ERR_INVALID_HANDLE saying the device was closed under it (docs/libumd.md, "Closing under a
+ * blocked wait"). Checks itself: exit 0 only if the code, the sentence and the timing hold. */
+static int close_under_wait(void) {
+    umdDevice dev;
+    umdContext ctx;
+    umdBuffer buf;
+    umdDevicePtr va;
+    umdCmdBuf cb;
+    if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx) != UMD_SUCCESS ||
+        umdMemAlloc(ctx, 4096, 0, &buf) != UMD_SUCCESS || umdMemGetAddress(buf, &va) != UMD_SUCCESS)
+        return 2;
+    uint64_t zero = 0;
+    if (umdMemcpyHtoD(buf, 0, &zero, 8) != UMD_SUCCESS || umdCmdBufCreate(ctx, &cb) != UMD_SUCCESS ||
+        umdCmdBufBegin(cb) != UMD_SUCCESS || umdCmdWaitValue(cb, va, 1) != UMD_SUCCESS || umdCmdBufEnd(cb) != UMD_SUCCESS)
+        return 2;
+    static struct close_waiter w;
+    if (umdSubmit(ctx, &cb, 1, NULL, 0, &w.fence) != UMD_SUCCESS) return 2;
+    pthread_t t;
+    if (pthread_create(&t, NULL, wait_forever, &w) != 0) return 2;
+    sleep_ms(200); /* the waiter is asleep in the driver by now */
+    uint64_t t0 = now_us();
+    umdResult r = umdDeviceClose(dev);
+    uint64_t t1 = now_us();
+    pthread_join(t, NULL);
+    long woke_ms = (long)((w.woke_us - t0) / 1000), close_ms = (long)((t1 - t0) / 1000);
+    say("close under wait", r);
+    say("waiter", w.code);
+    printf("short_process: waiter woke %ld ms after the close started; the close took %ld ms\n", woke_ms, close_ms);
+    printf("short_process: waiter detail %s\n", w.message);
+    int sentence = strstr(w.message, "the device was closed by another thread (umdDeviceClose) while this wait was blocked") != NULL;
+    return r == UMD_SUCCESS && w.code == UMD_ERR_INVALID_HANDLE && sentence && woke_ms < 1000 ? 0 : 7;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "fail-first") == 0) {
@@ -178,6 +237,9 @@ int main(int argc, char **argv) {
         say_detail("hang");
         if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(ctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
             return 2;
+    } else if (strcmp(mode, "close-under-wait") == 0) {
+        int rc = close_under_wait();
+        if (rc != 0) return rc;
     } else if (strcmp(mode, "fork-device") == 0) {
         /* The parent keeps device 0 (and a context) open across fork(); the child uses the
          * inherited handles (must fail fast, naming fork) and then opens its own device, whose
@@ -190,11 +252,15 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid == 0) {
             umdBuffer b;
-            say("child inherited alloc", umdMemAlloc(pctx, 4096, 0, &b));
+            umdResult r1 = umdMemAlloc(pctx, 4096, 0, &b);
+            say("child inherited alloc", r1);
             say_detail("child inherited alloc");
             umdContext c2;
-            say("child inherited context create", umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2));
-            say("child inherited close", umdDeviceClose(dev));
+            umdResult r2 = umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2);
+            say("child inherited context create", r2);
+            umdResult r3 = umdDeviceClose(dev);
+            say("child inherited close", r3);
+            if (r1 != UMD_ERR_INVALID_HANDLE || r2 != UMD_ERR_INVALID_HANDLE || r3 != UMD_ERR_INVALID_HANDLE) _exit(6);
             umdDevice mine;
             umdResult r = umdDeviceOpen(0, &mine);
             say("child open", r);

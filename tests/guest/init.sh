@@ -132,6 +132,20 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       echo "GUEST: umd abi_test exit $arc"
       [ $arc = 0 ] || rc=1
     fi
+    if [ -x /bin/short_process ]; then
+      # The fork contract on the kernel backend (docs/libumd.md, "fork"): inherited handles
+      # fail fast in the child, the child's own open works, the parent keeps working. The
+      # program checks every result itself and exits non-zero on the first wrong one.
+      mkdir -p /tmp/short && (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process fork-device)
+      frc=$?
+      echo "GUEST: umd short_process fork-device exit $frc"
+      [ $frc = 0 ] || rc=1
+      # A close under a blocked wait wakes the waiter at once (CTX_DESTROY wakes WAITs).
+      (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process close-under-wait)
+      crc=$?
+      echo "GUEST: umd short_process close-under-wait exit $crc"
+      [ $crc = 0 ] || rc=1
+    fi
     if [ -x /bin/mlp_demo ]; then
       (cd /tmp && /bin/mlp_demo)
       mrc=$?

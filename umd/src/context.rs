@@ -135,27 +135,21 @@ impl Context {
         }
     }
 
-    /// Tears the context down for `by`: marks it closing, wakes the threads blocked in a wait on
-    /// it (they fail with `UMD_ERR_INVALID_HANDLE` and [`ClosedBy::sentence`]) and destroys the
-    /// KMD context. With a waiter blocked, the simulator cancels the context's unfinished work
-    /// so that neither side waits for it; aigpu.ko cannot (no such ioctl): there the destroy
-    /// waits for the work as always and the waiters wake when it ends (docs/libumd.md, "Closing
-    /// under a blocked wait").
+    /// Tears the context down for `by`: marks it closing and destroys the KMD context. The
+    /// driver's CTX_DESTROY (aigpu.ko and the simulator alike) wakes the threads blocked in a
+    /// WAIT on it at once (`EINVAL` + `CTX_INVALID`), which then fail with
+    /// `UMD_ERR_INVALID_HANDLE` and [`ClosedBy::sentence`]; the destroy itself waits for the
+    /// context's submitted work, bounded by the job timeout (docs/libumd.md, "Closing under a
+    /// blocked wait").
     pub fn close(&self, by: ClosedBy) -> UmdResult<()> {
         // SeqCst pairs with `enter_wait`: either this sees the waiter, or the waiter sees the
         // flag before it reaches the backend.
         self.closing.store(by as u8, Ordering::SeqCst);
         let waiters = self.waiters.load(Ordering::SeqCst);
         if waiters > 0 {
-            let woken = self
-                .device
-                .backend
-                .cancel_for_close(self.kmd_id)
-                .unwrap_or(false);
             tracing::warn!(
                 ctx = self.id,
                 waiters,
-                woken,
                 "context torn down by {} while {waiters} thread(s) wait on it",
                 match by {
                     ClosedBy::ContextDestroy => "umdContextDestroy",

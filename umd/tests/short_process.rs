@@ -594,3 +594,22 @@ fn a_leaky_destroy_reports_a_bounded_summary_quickly() {
     assert!(us < 200_000, "destroy took {us} us");
     println!("leaky destroy of 5000 buffers: {us} us");
 }
+
+/// The same program the QEMU guest runs on the kernel module: a close under a blocked wait wakes
+/// the waiter at once (docs/libumd.md, "Closing under a blocked wait"). The program checks the
+/// code, the sentence and the timing itself.
+#[test]
+fn a_close_under_a_blocked_wait_wakes_the_waiter_at_once() {
+    let r = run(
+        "close-under-wait",
+        "close-under-wait",
+        &[("UMD_BACKEND", "sim"), ("UMD_SIM_JOB_TIMEOUT_MS", "1000")],
+    );
+    r.assert_exit0();
+    let out = r.stdout();
+    assert!(
+        out.contains("short_process: close under wait UMD_SUCCESS\nshort_process: waiter UMD_ERR_INVALID_HANDLE\n"),
+        "{out}"
+    );
+    println!("{out}");
+}

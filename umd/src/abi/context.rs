@@ -33,10 +33,8 @@ pub extern "C" fn umdContextCreate(
 /// are destroyed.
 /// A umdFenceWait blocked in another thread on this context fails with UMD_ERR_INVALID_HANDLE,
 /// detail "the context was destroyed by another thread (umdContextDestroy) while this wait was
-/// blocked". Simulator: the waiter wakes at once, the context's unfinished work is cancelled
-/// (engine reset; other contexts' work is resubmitted) and the destroy returns promptly. Kernel
-/// driver: the destroy waits for the work as without a waiter, and the waiter wakes when it
-/// ends (docs/libumd.md, "Closing under a blocked wait").
+/// blocked", at once (both backends); the destroy itself still waits for the context's work
+/// (docs/libumd.md, "Closing under a blocked wait").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {

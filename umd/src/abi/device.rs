@@ -33,13 +33,13 @@ pub extern "C" fn umdDeviceOpen(index: u32, device: *mut umdDevice) -> umdResult
 }
 
 /// Closes a device. Contexts, buffers and command buffers still alive on it are reported as
-/// leaks (one WARN line each) and destroyed; their handles become invalid.
+/// leaks (bounded: the first 32 buffers one WARN each, then a summary) and destroyed; their
+/// handles become invalid.
 /// A umdFenceWait blocked in another thread on a context of the device fails with
 /// UMD_ERR_INVALID_HANDLE, detail "the device was closed by another thread (umdDeviceClose)
-/// while this wait was blocked". Simulator: the waiter wakes at once, the context's unfinished
-/// work is cancelled and the close returns promptly. Kernel driver: the close waits for that
-/// work to complete or be declared hung (job timeout) and the waiter wakes then
-/// (docs/libumd.md, "Closing under a blocked wait").
+/// while this wait was blocked", at once (both backends); the close itself waits for each
+/// context's submitted work to complete or be declared hung (the job timeout), as
+/// umdContextDestroy does (docs/libumd.md, "Closing under a blocked wait").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {

@@ -85,9 +85,8 @@ pub extern "C" fn umdFenceQuery(fence: *const umdFence) -> umdResult {
 /// another thread destroys the context (umdContextDestroy) or closes its device (umdDeviceClose)
 /// while this wait is blocked: the detail says "the context was destroyed by another thread
 /// (umdContextDestroy) while this wait was blocked" or "the device was closed by another thread
-/// (umdDeviceClose) while this wait was blocked" (simulator: at once; kernel driver: when the
-/// destroy has finished waiting for the context's work; docs/libumd.md, "Closing under a
-/// blocked wait").
+/// (umdDeviceClose) while this wait was blocked", at once on both backends (docs/libumd.md,
+/// "Closing under a blocked wait").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdFenceWait(fence: *const umdFence, timeout_ns: u64) -> umdResult {

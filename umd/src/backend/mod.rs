@@ -128,14 +128,6 @@ pub trait Backend: Send + Sync {
     fn wait(&self, ctx_id: u32, seqno: u64, deadline_ns: u64) -> KmdResult<u64>;
     /// `DRM_IOCTL_AIGPU_CTX_STATE`.
     fn ctx_state(&self, ctx_id: u32) -> KmdResult<CtxState>;
-    /// Not an ioctl: the context is about to be destroyed while threads of this process sleep in
-    /// WAIT on it. The simulator wakes those WAITs at once (`EINVAL` + `CTX_INVALID`) and
-    /// cancels the context's unfinished work, so the CTX_DESTROY that follows returns promptly;
-    /// `Ok(true)`. aigpu.ko has no such call: `Ok(false)`, and its WAITs sleep until the
-    /// CTX_DESTROY is done waiting for the work (docs/libumd.md, "Closing under a blocked wait").
-    fn cancel_for_close(&self, _ctx_id: u32) -> KmdResult<bool> {
-        Ok(false)
-    }
     /// Test-only fault injection (`UMD_DEBUG_FAULT_*`): the simulator's test hooks, or the
     /// kernel driver's root-only debugfs files. Not an ioctl.
     fn debug_inject(&self, what: u32) -> KmdResult<()>;

@@ -65,8 +65,8 @@ pub struct Ctx {
     pub hung: bool,
     /// The fault that banned it.
     pub fault: Option<FaultInfo>,
-    /// Being destroyed while WAITs on it sleep ([`Gpu::cancel_for_close`]): every WAIT on it
-    /// fails at once, as a WAIT on a destroyed context does.
+    /// CTX_DESTROY is waiting for its work: a WAIT on it fails at once (`EINVAL`,
+    /// `CTX_INVALID`), as in aigpu.ko (`kmd/gpu.rs`, `ctx_destroy` and `wait`).
     pub closing: bool,
 }
 
@@ -414,10 +414,12 @@ impl Gpu {
     pub fn ctx_destroy(&self, file: u64, id: u32) -> KmdResult<()> {
         let deadline = Instant::now() + 2 * self.job_timeout + Duration::from_secs(1);
         let mut st = self.state();
-        match st.contexts.get(&id) {
-            Some(c) if c.file == file => {}
+        match st.contexts.get_mut(&id) {
+            Some(c) if c.file == file => c.closing = true,
             _ => return Err(KmdError::new(libc::EINVAL, r::CTX_INVALID)),
         }
+        // Its waiters wake now and see it closing (see `wait`), as in aigpu.ko.
+        self.changed.notify_all();
         loop {
             let Some(c) = st.contexts.get(&id) else {
                 return Err(KmdError::new(libc::EINVAL, r::CTX_INVALID));
@@ -435,41 +437,6 @@ impl Gpu {
         if let Some(c) = st.contexts.remove(&id) {
             st.free_fence_slots.push(c.fence_slot);
         }
-        Ok(())
-    }
-
-    /// libumd tears the context down while threads sleep in WAIT on it (umdDeviceClose or
-    /// umdContextDestroy from another thread): those WAITs fail at once with `EINVAL` +
-    /// `CTX_INVALID`, and work of it still in a ring is cancelled (banned quietly, engine reset,
-    /// innocent work resubmitted: what aigpu.ko's `detach` in kmd/gpu.rs does for a file closed
-    /// with work still running), so the CTX_DESTROY that follows does not wait for it. Not an
-    /// ioctl: aigpu.ko has no such call (docs/libumd.md, "Closing under a blocked wait").
-    pub fn cancel_for_close(&self, file: u64, id: u32) -> KmdResult<()> {
-        let mut st = self.state();
-        match st.contexts.get_mut(&id) {
-            Some(c) if c.file == file => c.closing = true,
-            _ => return Err(KmdError::new(libc::EINVAL, r::CTX_INVALID)),
-        }
-        let pending = st
-            .queues
-            .iter()
-            .any(|q| q.inflight.iter().any(|j| j.ctx == id));
-        if pending && !st.lost {
-            if let Some(c) = st.contexts.get_mut(&id) {
-                c.banned = true;
-            }
-            tracing::warn!(
-                device = self.index,
-                kmd_ctx = id,
-                "kmd context {id} destroyed under a blocked wait: its unfinished work is cancelled by an engine reset"
-            );
-            let mut d = lock(&self.dev);
-            self.recover(&mut st, &mut d);
-            drop(d);
-        }
-        drop(st);
-        self.changed.notify_all();
-        self.kick_device();
         Ok(())
     }
 

@@ -367,10 +367,6 @@ impl Backend for SimFile {
         self.gpu.ctx_destroy(self.id, ctx_id)
     }
 
-    fn cancel_for_close(&self, ctx_id: u32) -> KmdResult<bool> {
-        self.gpu.cancel_for_close(self.id, ctx_id).map(|()| true)
-    }
-
     fn submit(
         &self,
         ctx_id: u32,
