@@ -141,11 +141,18 @@ int main(void) {
 
     /* ---- memory ---- */
     umdBuffer buf, ro;
-    EXPECT_CODE("alloc zero", umdMemAlloc(ctx, 0, 0, &buf), UMD_ERR_INVALID_SIZE);
     EXPECT_CODE("alloc absurd", umdMemAlloc(ctx, 1ull << 62, 0, &buf), UMD_ERR_MEM_TOO_LARGE);
     expect_detail("alloc absurd detail", UMD_ERR_MEM_TOO_LARGE, "umdMemAlloc", "can never succeed");
+    /* Every failure on a valid context handle names that context, whichever check failed first
+     * (the absurd size names it from the pool; the others fail before the pool is reached). */
+    const uint64_t ctx_id = detail().context_id;
+    report("a failure on a context names it", ctx_id != 0, "context_id 0");
+    EXPECT_CODE("alloc zero", umdMemAlloc(ctx, 0, 0, &buf), UMD_ERR_INVALID_SIZE);
+    report("alloc zero names the context", detail().context_id == ctx_id, "context_id differs");
     EXPECT_CODE("alloc unknown flags", umdMemAlloc(ctx, 4096, 0x80, &buf), UMD_ERR_INVALID_FLAGS);
+    report("alloc flags names the context", detail().context_id == ctx_id, "context_id differs");
     EXPECT_CODE("alloc NULL out", umdMemAlloc(ctx, 4096, 0, NULL), UMD_ERR_INVALID_POINTER);
+    report("alloc NULL out names the context", detail().context_id == ctx_id, "context_id differs");
     MUST(umdMemAlloc(ctx, 1 << 20, 0, &buf));
     MUST(umdMemAlloc(ctx, 4096, UMD_MEM_READ_ONLY, &ro));
     {
@@ -405,6 +412,7 @@ int main(void) {
     bad.lda = 4;
     bad.flags = 0x40;
     EXPECT_CODE("gemm unknown flags", umdCmdGemmI8(cb, &bad), UMD_ERR_INVALID_FLAGS);
+    report("gemm flags names the command buffer's context", detail().context_id == ctx_id, "context_id differs");
     EXPECT_CODE("gemm NULL args", umdCmdGemmI8(cb, NULL), UMD_ERR_INVALID_POINTER);
     EXPECT_CODE("eltwise bad op", umdCmdEltwise(cb, 9, 4, va, va, va), UMD_ERR_INVALID_ARGUMENT);
     EXPECT_CODE("relu with b", umdCmdEltwise(cb, UMD_ELTWISE_RELU, 4, va, va, va), UMD_ERR_INVALID_ARGUMENT);
@@ -417,6 +425,7 @@ int main(void) {
     EXPECT_CODE("end twice", umdCmdBufEnd(cb), UMD_ERR_INVALID_STATE);
     EXPECT_CODE("submit 0 buffers", umdSubmit(ctx, &cb, 0, NULL, 0, &fence), UMD_ERR_INVALID_ARGUMENT);
     EXPECT_CODE("submit NULL fence", umdSubmit(ctx, &cb, 1, NULL, 0, NULL), UMD_ERR_INVALID_POINTER);
+    report("submit NULL fence names the context", detail().context_id == ctx_id, "context_id differs");
     EXPECT_CODE("submit NULL array", umdSubmit(ctx, NULL, 1, NULL, 0, &fence), UMD_ERR_INVALID_POINTER);
 
     /* ---- success path: fill, copy, element-wise, timestamp, write/wait value, read back ---- */

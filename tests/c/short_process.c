@@ -237,6 +237,26 @@ int main(int argc, char **argv) {
         say_detail("hang");
         if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(ctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
             return 2;
+    } else if (strcmp(mode, "fault-second-device") == 0) {
+        /* Contexts 1 and 2 on device 0, context 3 on device 1 (the kernel's context 1 there);
+         * context 3 faults. Every record must name libumd's context 3, never the innocent 1. */
+        umdDevice d0, d1;
+        umdContext a, b, c;
+        if (umdDeviceOpen(0, &d0) != UMD_SUCCESS || umdContextCreate(d0, UMD_PRIORITY_NORMAL, &a) != UMD_SUCCESS ||
+            umdContextCreate(d0, UMD_PRIORITY_NORMAL, &b) != UMD_SUCCESS || umdDeviceOpen(1, &d1) != UMD_SUCCESS ||
+            umdContextCreate(d1, UMD_PRIORITY_NORMAL, &c) != UMD_SUCCESS)
+            return 2;
+        umdCmdBuf cb;
+        if (umdCmdBufCreate(c, &cb) != UMD_SUCCESS || umdCmdBufBegin(cb) != UMD_SUCCESS ||
+            umdCmdFill(cb, 0x7f0010000ull, 4096, 1) != UMD_SUCCESS || umdCmdBufEnd(cb) != UMD_SUCCESS)
+            return 2;
+        umdFence f;
+        if (umdSubmit(c, &cb, 1, NULL, 0, &f) != UMD_SUCCESS) return 2;
+        say("faulting wait", umdFenceWait(&f, 10ull * 1000 * 1000 * 1000));
+        say_detail("faulting wait");
+        if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(c) != UMD_SUCCESS || umdContextDestroy(b) != UMD_SUCCESS ||
+            umdContextDestroy(a) != UMD_SUCCESS || umdDeviceClose(d1) != UMD_SUCCESS || umdDeviceClose(d0) != UMD_SUCCESS)
+            return 2;
     } else if (strcmp(mode, "close-under-wait") == 0) {
         int rc = close_under_wait();
         if (rc != 0) return rc;

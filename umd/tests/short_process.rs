@@ -6,6 +6,9 @@
 
 #[path = "c_util.rs"]
 mod c_util;
+#[path = "log_util.rs"]
+mod log_util;
+use log_util::log_files;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -112,18 +115,6 @@ fn run(mode: &str, name: &str, envs: &[(&str, &str)]) -> Run {
         took: t.elapsed(),
         dir,
     }
-}
-
-fn log_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    v.retain(|p| {
-        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        n.starts_with("umd-") && !n.starts_with("umd-blackbox-") && n.ends_with(".log")
-    });
-    v.sort();
-    v
 }
 
 /// One text record's fixed fields (docs/logging.md, "Text"): level, module, function, ctx, code,
@@ -612,4 +603,48 @@ fn a_close_under_a_blocked_wait_wakes_the_waiter_at_once() {
         "{out}"
     );
     println!("{out}");
+}
+
+/// A GPU fault on context 3 (device 1, whose simulated kernel calls it context 1): libumd's
+/// records and detail name context 3; the simulated kernel's record names its own id as
+/// `kmd_ctx`, never as `ctx`, so no record blames the innocent context 1.
+#[test]
+fn a_fault_is_logged_under_the_libumd_context_that_caused_it() {
+    let r = run(
+        "fault-second-device",
+        "fault-second-device",
+        &[("UMD_BACKEND", "sim"), ("UMD_SIM_DEVICES", "2")],
+    );
+    r.assert_exit0();
+    assert!(
+        r.stdout().contains("short_process: faulting wait UMD_ERR_CTX_LOST\nshort_process: faulting wait detail ctx=3 context 3 was lost: GPU fault 'unmapped' (write access) at VA 0x7f0010000"),
+        "{}",
+        r.stdout()
+    );
+    let file = r.file_records();
+    let sim = file
+        .iter()
+        .find(|f| f.msg.starts_with("GPU fault:"))
+        .expect("the simulated kernel's fault record");
+    assert_eq!(sim.msg, "GPU fault: kmd context 1 banned");
+    assert_eq!((sim.level.as_str(), sim.ctx.as_str()), ("ERROR", "-"));
+    assert!(
+        sim.params.starts_with("device=1 kmd_ctx=1 seqno=1 "),
+        "{}",
+        sim.params
+    );
+    let wait = file
+        .iter()
+        .find(|f| f.function == "umdFenceWait")
+        .expect("the wait's record");
+    assert_eq!(
+        (wait.ctx.as_str(), wait.code.as_str()),
+        ("3", "UMD_ERR_CTX_LOST")
+    );
+    // Context 1's own records (created, destroyed) are INFO; no WARN or ERROR names it.
+    assert!(
+        !file.iter().any(|f| f.ctx == "1" && f.level != "INFO"),
+        "a failure record names the innocent context 1: {:#?}",
+        shape(&file)
+    );
 }
