@@ -1063,7 +1063,9 @@ UMD_MUST_USE umdResult umdCmdBufBegin(umdCmdBuf cmdbuf);
 UMD_MUST_USE umdResult umdCmdBufEnd(umdCmdBuf cmdbuf);
 
 /**
- * Records a copy of `size` bytes from `src` to `dst` (non-overlapping).
+ * Records a copy of `size` bytes from `src` to `dst` (non-overlapping). `size` 0 is
+ * `UMD_ERR_INVALID_SIZE`, overlapping ranges `UMD_ERR_INVALID_ARGUMENT`; the detail names the
+ * argument and its value (the rule for every record call: docs/libumd.md, "Work").
  */
 UMD_MUST_USE
 umdResult umdCmdCopy(umdCmdBuf cmdbuf,
@@ -1072,7 +1074,8 @@ umdResult umdCmdCopy(umdCmdBuf cmdbuf,
                      uint64_t size);
 
 /**
- * Records a fill of `size` bytes (multiple of 4) at `dst` with a 32-bit pattern.
+ * Records a fill of `size` bytes (multiple of 4) at `dst` with a 32-bit pattern. `size` 0 or
+ * not a multiple of 4 is `UMD_ERR_INVALID_SIZE`, naming the value.
  */
 UMD_MUST_USE
 umdResult umdCmdFill(umdCmdBuf cmdbuf,
@@ -1081,7 +1084,10 @@ umdResult umdCmdFill(umdCmdBuf cmdbuf,
                      uint32_t pattern);
 
 /**
- * Records an int8 GEMM with int32 accumulation.
+ * Records an int8 GEMM with int32 accumulation. `m`, `n`, `k` outside 1..=4096 are
+ * `UMD_ERR_INVALID_SIZE`, a leading dimension below its row (`lda < k`, `ldb < n`, `ldc < n`)
+ * `UMD_ERR_INVALID_ARGUMENT`, unknown `flags` or non-zero `reserved` `UMD_ERR_INVALID_FLAGS`;
+ * the detail names the argument and its value.
  */
 UMD_MUST_USE umdResult umdCmdGemmI8(umdCmdBuf cmdbuf, const struct umdGemmI8Args *args);
 
@@ -1126,6 +1132,7 @@ UMD_MUST_USE umdResult umdCmdWaitValue(umdCmdBuf cmdbuf, umdDevicePtr addr, uint
 
 /**
  * Records the debug HANG packet (only when hang debugging is enabled; for timeout tests).
+ * Without hang debugging: `UMD_ERR_SUBMIT_INVALID_PACKET`, the detail says how to enable it.
  */
 UMD_MUST_USE umdResult umdCmdDebugHang(umdCmdBuf cmdbuf);
 

@@ -30,7 +30,7 @@ extern "C" fn in_child() {
 /// one atomic load).
 #[inline]
 pub fn install() {
-    if !INSTALLED.load(Ordering::Acquire) && !INSTALLED.swap(true, Ordering::AcqRel) {
+    if !INSTALLED.load(Ordering::Relaxed) && !INSTALLED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain extern "C" function without arguments.
         unsafe {
             libc::pthread_atfork(None, None, Some(in_child));
@@ -42,7 +42,7 @@ pub fn install() {
 /// process.
 #[inline]
 pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
+    GENERATION.load(Ordering::Relaxed)
 }
 
 /// The parent process of the latest fork (0 when this process was not forked with libumd

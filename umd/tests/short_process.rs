@@ -648,3 +648,66 @@ fn a_fault_is_logged_under_the_libumd_context_that_caused_it() {
         shape(&file)
     );
 }
+
+/// `UMD_LOG=verbose` (a typo of a level) on a run with a GPU fault: the defaults stay (the file
+/// has the fault and the CTX_LOST, the console its WARN and ERROR records), and one WARN on the
+/// console and in the file names the ignored directive.
+#[test]
+fn a_typo_in_umd_log_keeps_the_defaults_and_says_which_directive() {
+    let r = run(
+        "fault-second-device",
+        "typo-umd-log",
+        &[
+            ("UMD_BACKEND", "sim"),
+            ("UMD_SIM_DEVICES", "2"),
+            ("UMD_LOG", "verbose"),
+        ],
+    );
+    r.assert_exit0();
+    let file = r.file_records();
+    let console = r.console_records();
+    let said = "UMD_LOG ignored: log filter 'verbose': directive 'verbose' is neither a level nor a target=level pair (expected e.g. 'warn,umd::memory=debug'; levels: off error warn info debug trace); using the default (console warn, file info)";
+    for (sink, recs) in [("file", &file), ("console", &console)] {
+        let w: Vec<&Rec> = recs.iter().filter(|f| f.msg == said).collect();
+        assert_eq!(w.len(), 1, "{sink}: {:#?}", shape(recs));
+        assert_eq!(
+            (w[0].level.as_str(), w[0].params.as_str()),
+            ("WARN", "variable=UMD_LOG")
+        );
+        assert!(
+            recs.iter()
+                .any(|f| f.function == "umdFenceWait" && f.code == "UMD_ERR_CTX_LOST"),
+            "{sink}: {:#?}",
+            shape(recs)
+        );
+    }
+    assert!(
+        file.iter().any(|f| f.msg == "device opened"),
+        "INFO still in the file"
+    );
+    assert!(
+        !console.iter().any(|f| f.level == "INFO"),
+        "the console stays at WARN"
+    );
+}
+
+/// A mistyped variable name is said once, with the closest real name.
+#[test]
+fn a_mistyped_variable_name_is_said_with_the_closest_one() {
+    let r = run(
+        "fail-alloc",
+        "typo-name",
+        &[("UMD_BACKEND", "sim"), ("UMD_LOG_DIRR", "/nowhere")],
+    );
+    r.assert_exit0();
+    let file = r.file_records();
+    let w: Vec<&Rec> = file
+        .iter()
+        .filter(|f| f.params == "variable=UMD_LOG_DIRR")
+        .collect();
+    assert_eq!(w.len(), 1, "{:#?}", shape(&file));
+    assert_eq!(
+        w[0].msg,
+        "UMD_LOG_DIRR is not a variable libumd reads and is ignored (did you mean UMD_LOG_DIR? the variables are listed in docs/libumd.md)"
+    );
+}

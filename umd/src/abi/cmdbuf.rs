@@ -67,7 +67,9 @@ fn record(cmdbuf: umdCmdBuf, words: &[u32]) -> UmdResult<umdResult> {
     Ok(umdResult::UMD_SUCCESS)
 }
 
-/// Records a copy of `size` bytes from `src` to `dst` (non-overlapping).
+/// Records a copy of `size` bytes from `src` to `dst` (non-overlapping). `size` 0 is
+/// `UMD_ERR_INVALID_SIZE`, overlapping ranges `UMD_ERR_INVALID_ARGUMENT`; the detail names the
+/// argument and its value (the rule for every record call: docs/libumd.md, "Work").
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdCopy(
@@ -81,7 +83,8 @@ pub extern "C" fn umdCmdCopy(
     })
 }
 
-/// Records a fill of `size` bytes (multiple of 4) at `dst` with a 32-bit pattern.
+/// Records a fill of `size` bytes (multiple of 4) at `dst` with a 32-bit pattern. `size` 0 or
+/// not a multiple of 4 is `UMD_ERR_INVALID_SIZE`, naming the value.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdFill(
@@ -95,7 +98,10 @@ pub extern "C" fn umdCmdFill(
     })
 }
 
-/// Records an int8 GEMM with int32 accumulation.
+/// Records an int8 GEMM with int32 accumulation. `m`, `n`, `k` outside 1..=4096 are
+/// `UMD_ERR_INVALID_SIZE`, a leading dimension below its row (`lda < k`, `ldb < n`, `ldc < n`)
+/// `UMD_ERR_INVALID_ARGUMENT`, unknown `flags` or non-zero `reserved` `UMD_ERR_INVALID_FLAGS`;
+/// the detail names the argument and its value.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdGemmI8(cmdbuf: umdCmdBuf, args: *const umdGemmI8Args) -> umdResult {
@@ -194,6 +200,7 @@ pub extern "C" fn umdCmdWaitValue(cmdbuf: umdCmdBuf, addr: umdDevicePtr, value: 
 }
 
 /// Records the debug HANG packet (only when hang debugging is enabled; for timeout tests).
+/// Without hang debugging: `UMD_ERR_SUBMIT_INVALID_PACKET`, the detail says how to enable it.
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdCmdDebugHang(cmdbuf: umdCmdBuf) -> umdResult {

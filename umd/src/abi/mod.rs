@@ -67,6 +67,7 @@ pub(crate) fn guard_on(
     guard_inner(function, Some(on), f)
 }
 
+#[inline(always)]
 fn guard_inner(
     function: &'static str,
     on: Option<On>,
@@ -74,17 +75,9 @@ fn guard_inner(
 ) -> umdResult {
     crate::log::ensure_init();
     crate::fork::install();
-    let with_ctx = |mut e: UmdError| {
-        if e.ctx_id == 0 {
-            if let Some(id) = on.and_then(On::ctx_id) {
-                e.ctx_id = id;
-            }
-        }
-        e
-    };
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
-        Ok(Err(e)) => fail_safely(function, with_ctx(e)),
+        Ok(Err(e)) => fail_safely(function, on, e),
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
@@ -93,10 +86,11 @@ fn guard_inner(
                 .unwrap_or_else(|| "non-string panic payload".into());
             fail_safely(
                 function,
-                with_ctx(UmdError::new(
+                on,
+                UmdError::new(
                     umdResult::UMD_ERR_INTERNAL,
                     format!("panic inside {function}: {what}."),
-                )),
+                ),
             )
         }
     }
@@ -104,10 +98,20 @@ fn guard_inner(
 
 /// Records and logs a failure inside the panic boundary too: reporting must never turn an error
 /// into an abort across `extern "C"` (it runs in odd places: `atexit` handlers, a forked child).
+/// Out of line: the success path of every entry point carries none of this.
 #[cold]
-fn fail_safely(function: &'static str, e: UmdError) -> umdResult {
+#[inline(never)]
+fn fail_safely(function: &'static str, on: Option<On>, mut e: UmdError) -> umdResult {
     let code = e.code;
-    catch_unwind(AssertUnwindSafe(|| fail(function, e))).unwrap_or(code)
+    catch_unwind(AssertUnwindSafe(|| {
+        if e.ctx_id == 0 {
+            if let Some(id) = on.and_then(On::ctx_id) {
+                e.ctx_id = id;
+            }
+        }
+        fail(function, e)
+    }))
+    .unwrap_or(code)
 }
 
 #[cold]

@@ -358,9 +358,7 @@ impl Writer {
         };
         let (mut to_console, to_file) = (bits & 1 != 0, bits & 2 != 0);
         if to_console {
-            let mut ended = Vec::new();
-            to_console = self.limiter.admit(meta, Instant::now(), &mut ended);
-            self.say_suppressed(&ended);
+            to_console = self.console_admit(meta);
         }
         if !to_console && !to_file {
             return;
@@ -608,6 +606,17 @@ impl Writer {
                 self.write_record(r);
             }
         }
+    }
+
+    /// The console rate limit for one record (out of line: the file-only records that make up a
+    /// busy stream never pay for it).
+    #[cold]
+    #[inline(never)]
+    fn console_admit(&mut self, meta: &'static tracing::Metadata<'static>) -> bool {
+        let mut ended = Vec::new();
+        let admit = self.limiter.admit(meta, Instant::now(), &mut ended);
+        self.say_suppressed(&ended);
+        admit
     }
 
     /// Says, once per ended window, how many console records a call site had suppressed.
