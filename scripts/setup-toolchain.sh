@@ -1,7 +1,8 @@
 #!/bin/bash
 # Installs everything the build and the tests need on a fresh Debian 12 machine; skips what is
 # already there, so a second run costs a few seconds.
-#   host: apt packages (clang-19, Debian's rustc-web + rust-src for the kernel, QEMU, busybox)
+#   host: apt packages (clang-19, Debian's rustc-web + rust-src for the kernel, QEMU, busybox,
+#         dkms for scripts/test-dkms.sh)
 #   kernel source: linux-source-7.3 from trixie-backports, unpacked into $AIGPU_CACHE
 #   tools: bindgen-cli (kernel Rust bindings) and cbindgen (include/umd.h), pinned versions
 set -euo pipefail
@@ -10,7 +11,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 APT_PKGS=(build-essential bc flex bison cpio libelf-dev libssl-dev dwarves python3 kmod
           rustc-web rust-web-src cargo-web clang-19 lld-19 llvm-19 libclang-19-dev
-          busybox-static g++ libspdlog-dev prometheus
+          busybox-static g++ libspdlog-dev prometheus dkms
           cmake pkg-config python3-numpy python3-pytest python3-venv)
 missing=()
 for p in "${APT_PKGS[@]}" qemu-system-x86 "$KVER_PKG"; do

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Kernel half of the project's test command: toolchain -> guest kernel -> aigpu.ko -> initramfs
+# Kernel half of the project's test command: toolchain -> guest kernel -> aigpu.ko -> dkms build
+# and install (scripts/test-dkms.sh) -> initramfs
 # -> QEMU boot running the in-guest suite (kmd_test, plus the UMD's backend conformance tests
 # staged by scripts/build-guest-umd.sh unless AIGPU_SKIP_GUEST_UMD=1). Prints the time of every
 # step.
@@ -38,6 +39,10 @@ for field in '^version: +0\.1\.0$' '^description: +.+' '^license: +GPL$' '^parm:
              '^parm: +hang_debug:.+\(bool\)$'; do
   grep -qE "$field" <<<"$info" || { echo "test-kmd: modinfo $ko lacks /$field/:" >&2; echo "$info" >&2; exit 1; }
 done
+# The DKMS packaging (packaging/kmod/): dkms build + install and the Makefile's `make install`
+# against the same kernel tree, in a scratch root (about 25 s: two module builds).
+"$HERE/test-dkms.sh" "$kdir"
+step "dkms build/install"
 # The UMD's conformance tests run in the guest too (UMD_BACKEND=kmd): stage them unless told not
 # to (AIGPU_SKIP_GUEST_UMD=1 runs the kernel-only suite).
 if [ "${AIGPU_SKIP_GUEST_UMD:-0}" != 1 ]; then

@@ -6,7 +6,8 @@
 #      (Rust tests, the C ABI test program, header and symbol checks); run-guest.sh's verdict on
 #      prepared serial logs (tests/scripts/run_guest_verdict.sh); the install test: DESTDIR
 #      install, pkg-config/CMake/Python consumers, uninstall (tests/install/test_install.sh)
-#   4. the kernel module: debug kernel (cached), aigpu.ko, initramfs, QEMU guest running the
+#   4. the kernel module: debug kernel (cached), aigpu.ko, its DKMS packaging (dkms build and
+#      install in a scratch root: scripts/test-dkms.sh), initramfs, QEMU guest running the
 #      in-guest suite (scripts/test-kmd.sh)
 # Set AIGPU_SKIP_KMD=1 to skip step 4 on a machine without the kernel toolchain.
 set -euo pipefail
