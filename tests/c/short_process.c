@@ -5,7 +5,7 @@
  * with UMD_BACKEND=kmd where no module is loaded) and checks the exit status, the time, the
  * console and the log file; the QEMU guest runs the fork modes against the real module.
  *
- *   short_process <mode>
+ *   short_process <mode> [job timeout ms, for long-packet]
  *
  * Output on stdout: "short_process: <what> <UMD_... name>" lines the harness checks, and
  * "short_process: done" when main returns normally.
@@ -150,6 +150,60 @@ static int close_under_wait(void) {
     return r == UMD_SUCCESS && w.code == UMD_ERR_INVALID_HANDLE && sentence && woke_ms < 1000 ? 0 : 7;
 }
 
+/* One legal GEMM far beyond the job timeout (1024 x 4096 x 4096, 17 G multiply-accumulates):
+ * the driver must declare it hung within the job timeout plus a slack and reset, and another
+ * context's high-priority work must complete meanwhile (hw-spec §6, "Long packets"). Checks
+ * itself; prints the times. */
+static int long_packet(long timeout_ms) {
+    umdDevice dev;
+    umdContext slow, fast;
+    if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_LOW, &slow) != UMD_SUCCESS ||
+        umdContextCreate(dev, UMD_PRIORITY_HIGH, &fast) != UMD_SUCCESS)
+        return 2;
+    umdBuffer ab, cbuf, small;
+    umdDevicePtr ab_va, c_va, small_va;
+    if (umdMemAlloc(slow, 16u << 20, 0, &ab) != UMD_SUCCESS || umdMemAlloc(slow, 16u << 20, 0, &cbuf) != UMD_SUCCESS ||
+        umdMemAlloc(fast, 4096, 0, &small) != UMD_SUCCESS || umdMemGetAddress(ab, &ab_va) != UMD_SUCCESS ||
+        umdMemGetAddress(cbuf, &c_va) != UMD_SUCCESS || umdMemGetAddress(small, &small_va) != UMD_SUCCESS)
+        return 2;
+    /* A and B share one 16 MiB buffer (both only read). */
+    umdGemmI8Args g = {.a = ab_va, .b = ab_va, .c = c_va, .m = 1024, .n = 4096, .k = 4096, .lda = 4096, .ldb = 4096, .ldc = 4096};
+    umdCmdBuf cg, cf;
+    if (umdCmdBufCreate(slow, &cg) != UMD_SUCCESS || umdCmdBufBegin(cg) != UMD_SUCCESS ||
+        umdCmdGemmI8(cg, &g) != UMD_SUCCESS || umdCmdBufEnd(cg) != UMD_SUCCESS)
+        return 2;
+    if (umdCmdBufCreate(fast, &cf) != UMD_SUCCESS || umdCmdBufBegin(cf) != UMD_SUCCESS ||
+        umdCmdFill(cf, small_va, 4096, 0x600dca75u) != UMD_SUCCESS || umdCmdBufEnd(cf) != UMD_SUCCESS)
+        return 2;
+    umdFence fg, ff;
+    uint64_t t0 = now_us();
+    if (umdSubmit(slow, &cg, 1, NULL, 0, &fg) != UMD_SUCCESS) return 2;
+    sleep_ms(100);
+    uint64_t t1 = now_us();
+    umdResult rf = umdSubmit(fast, &cf, 1, NULL, 0, &ff);
+    if (rf == UMD_SUCCESS) rf = umdFenceWait(&ff, 30ull * 1000 * 1000 * 1000);
+    uint64_t t2 = now_us();
+    umdResult rg = umdFenceWait(&fg, 120ull * 1000 * 1000 * 1000);
+    uint64_t t3 = now_us();
+    umdContextState st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    umdResult rs = umdContextGetState(slow, &st);
+    long fast_ms = (long)((t2 - t1) / 1000), hang_ms = (long)((t3 - t0) / 1000);
+    say("high-priority fill", rf);
+    say("long gemm", rg);
+    printf("short_process: the high-priority job took %ld ms; the long GEMM ended after %ld ms (job timeout %ld ms), hung=%u\n",
+           fast_ms, hang_ms, timeout_ms, st.hung);
+    /* Slack: the watchdog's period and the reset, and emulation: the timeout plus 3 s. */
+    int ok = rf == UMD_SUCCESS && rg == UMD_ERR_CTX_LOST && rs == UMD_SUCCESS && st.hung == 1 &&
+             hang_ms < timeout_ms + 3000 && fast_ms < timeout_ms + 3000;
+    if (umdCmdBufDestroy(cg) != UMD_SUCCESS || umdCmdBufDestroy(cf) != UMD_SUCCESS || umdMemFree(small) != UMD_SUCCESS ||
+        umdMemFree(cbuf) != UMD_SUCCESS || umdMemFree(ab) != UMD_SUCCESS || umdContextDestroy(fast) != UMD_SUCCESS ||
+        umdContextDestroy(slow) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
+        return 2;
+    return ok ? 0 : 8;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "fail-first") == 0) {
@@ -257,6 +311,10 @@ int main(int argc, char **argv) {
         if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(c) != UMD_SUCCESS || umdContextDestroy(b) != UMD_SUCCESS ||
             umdContextDestroy(a) != UMD_SUCCESS || umdDeviceClose(d1) != UMD_SUCCESS || umdDeviceClose(d0) != UMD_SUCCESS)
             return 2;
+    } else if (strcmp(mode, "long-packet") == 0) {
+        /* argv[2]: the driver's job timeout in ms (the module parameter or UMD_SIM_JOB_TIMEOUT_MS). */
+        int rc = long_packet(argc > 2 ? atol(argv[2]) : 2000);
+        if (rc != 0) return rc;
     } else if (strcmp(mode, "close-under-wait") == 0) {
         int rc = close_under_wait();
         if (rc != 0) return rc;

@@ -145,6 +145,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       crc=$?
       echo "GUEST: umd short_process close-under-wait exit $crc"
       [ $crc = 0 ] || rc=1
+      # One GEMM far beyond the job timeout is declared hung within it (hw-spec §6, "Long
+      # packets"), while a high-priority context's job completes; 2000: job_timeout_ms above.
+      (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process long-packet 2000)
+      lrc=$?
+      echo "GUEST: umd short_process long-packet exit $lrc"
+      [ $lrc = 0 ] || rc=1
     fi
     if [ -x /bin/mlp_demo ]; then
       (cd /tmp && /bin/mlp_demo)

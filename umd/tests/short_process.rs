@@ -45,7 +45,7 @@ fn fresh_dir(name: &str) -> PathBuf {
 /// The program in `mode` with only the given `UMD_*` variables (plus a fresh `UMD_LOG_DIR`).
 fn command(mode: &str, dir: &Path, envs: &[(&str, &str)]) -> Command {
     let mut c = Command::new(program());
-    c.arg(mode);
+    c.args(mode.split(' '));
     for (k, _) in std::env::vars() {
         if k.starts_with("UMD_") {
             c.env_remove(k);
@@ -710,4 +710,24 @@ fn a_mistyped_variable_name_is_said_with_the_closest_one() {
         w[0].msg,
         "UMD_LOG_DIRR is not a variable libumd reads and is ignored (did you mean UMD_LOG_DIR? the variables are listed in docs/libumd.md)"
     );
+}
+
+/// One legal GEMM of 17 G multiply-accumulates (minutes of work) is declared hung within the job
+/// timeout plus a slack, and another context's high-priority job completes meanwhile (hw-spec
+/// §6, "Long packets"). The QEMU guest runs the same mode on the kernel module.
+#[test]
+fn one_long_packet_cannot_defeat_the_job_timeout() {
+    let r = run(
+        "long-packet 500",
+        "long-packet",
+        &[("UMD_BACKEND", "sim"), ("UMD_SIM_JOB_TIMEOUT_MS", "500")],
+    );
+    let out = r.stdout();
+    println!("{out}");
+    r.assert_exit0();
+    assert!(
+        out.contains("short_process: high-priority fill UMD_SUCCESS\nshort_process: long gemm UMD_ERR_CTX_LOST\n"),
+        "{out}"
+    );
+    assert!(out.contains("hung=1\n"), "{out}");
 }

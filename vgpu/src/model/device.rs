@@ -83,6 +83,9 @@ enum Wait {
     Desc,
     /// A WAIT_MEM packet (re-executed on every check) of `bytes` bytes.
     Mem { packet: Packet, bytes: u32 },
+    /// A long packet of `bytes` bytes that yielded after a step's work (`exec::STEP_WORK`):
+    /// the queue is running, and its next step resumes the packet at `at`.
+    Resume { packet: Packet, bytes: u32, at: u64 },
 }
 
 /// The descriptor a queue is executing.
@@ -613,8 +616,32 @@ impl State {
                     pt_base: active.pt_base,
                     tlb,
                 };
-                match exec::execute(&space, clock, &packet, &mut Tlb::new()) {
+                match exec::execute(&space, clock, &packet, &mut Tlb::new(), 0) {
                     Ok(Outcome::Waiting) => return false,
+                    Ok(_) => {
+                        self.set_wait(q, Wait::None);
+                        self.advance(q, bytes, bus);
+                    }
+                    Err(f) => self.fault(q, f, desc.job_id, desc.as_slot, offset),
+                }
+            }
+            Wait::Resume { packet, bytes, at } => {
+                let space = Space {
+                    mem: bus,
+                    slot: desc.as_slot,
+                    pt_base: active.pt_base,
+                    tlb,
+                };
+                let mut data_tlb = Tlb::new();
+                match exec::execute(&space, clock, &packet, &mut data_tlb, at) {
+                    Ok(Outcome::Partial(next)) => self.set_wait(
+                        q,
+                        Wait::Resume {
+                            packet,
+                            bytes,
+                            at: next,
+                        },
+                    ),
                     Ok(_) => {
                         self.set_wait(q, Wait::None);
                         self.advance(q, bytes, bus);
@@ -670,7 +697,8 @@ impl State {
             &mut queue.fetch_tlb,
         )
         .and_then(|f| {
-            exec::execute(&space, clock, &f.packet, &mut queue.data_tlb).map(|outcome| (f, outcome))
+            exec::execute(&space, clock, &f.packet, &mut queue.data_tlb, 0)
+                .map(|outcome| (f, outcome))
         });
         match done {
             Ok((f, Outcome::Done)) => self.advance(q, f.bytes, bus),
@@ -683,6 +711,14 @@ impl State {
                 Wait::Mem {
                     packet: f.packet,
                     bytes: f.bytes,
+                },
+            ),
+            Ok((f, Outcome::Partial(at))) => self.set_wait(
+                q,
+                Wait::Resume {
+                    packet: f.packet,
+                    bytes: f.bytes,
+                    at,
                 },
             ),
             Ok((_, Outcome::Hang)) => {

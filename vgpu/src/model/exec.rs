@@ -20,6 +20,14 @@ const GEMM_K_CHUNK: usize = 256;
 /// int32 elements per ELTWISE chunk.
 const ELT_CHUNK: usize = 64;
 
+/// The most work one step of a long packet does before it yields (hw-spec §6, "Long
+/// packets"): bytes for COPY and FILL, elements for ELTWISE, multiply-accumulates for GEMM
+/// (rounded up to whole tiles). A packet of more work runs over several steps, resuming where it
+/// stopped, so the host's rounds, its watchdog (the job timeout) and higher-priority queues get
+/// the device between them however large a single packet is. About a quarter of a millisecond
+/// on the host, a few milliseconds under emulation.
+pub const STEP_WORK: u64 = 1 << 18;
+
 /// One address space as the executor sees it: the device's memory, the descriptor's slot, the
 /// PA of its top-level page table and the device's translation cache.
 pub struct Space<'a, M: PhysMem + ?Sized> {
@@ -181,23 +189,29 @@ pub enum Outcome {
     Waiting,
     /// A HANG: the queue stops until reset.
     Hang,
+    /// A long packet did [`STEP_WORK`] and yields: execute it again from this resume point
+    /// (its unit: see `execute`).
+    Partial(u64),
 }
 
-/// Executes one decoded packet in `space`, reading the time from `clock`. On a fault nothing of
-/// the packet is guaranteed to have been written (hw-spec §7). `tlb` serves the packets with one
-/// memory operand (FILL, TIMESTAMP, FENCE, WAIT_MEM): the queue's data TLB, kept across packets
-/// like its fetch TLB; COPY, GEMM and ELTWISE keep one per operand for the packet.
+/// Executes one decoded packet in `space` from resume point `from` (0 for a packet's first
+/// step; the value of the last [`Outcome::Partial`] after), reading the time from `clock`. On a
+/// fault nothing of the packet is guaranteed to have been written (hw-spec §7). `tlb` serves the
+/// packets with one memory operand (FILL, TIMESTAMP, FENCE, WAIT_MEM): the queue's data TLB,
+/// kept across packets like its fetch TLB; COPY, GEMM and ELTWISE keep one per operand for the
+/// step. Resume points: bytes done (COPY, FILL), elements done (ELTWISE), tiles done (GEMM).
 pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
     space: &Space<'_, M>,
     clock: &C,
     packet: &Packet,
     tlb: &mut Tlb,
+    from: u64,
 ) -> Result<Outcome, Fault> {
     match *packet {
         Packet::Nop { .. } => Ok(Outcome::Done),
-        Packet::Copy { src, dst, size } => copy(space, src, dst, size).map(|()| Outcome::Done),
+        Packet::Copy { src, dst, size } => copy(space, src, dst, size, from).map(resumed),
         Packet::Fill { dst, size, pattern } => {
-            fill(space, tlb, dst, size, pattern).map(|()| Outcome::Done)
+            fill(space, tlb, dst, size, pattern, from).map(resumed)
         }
         Packet::Gemm {
             a,
@@ -223,7 +237,7 @@ pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
                 ldc: u64::from(ldc),
                 accumulate,
             };
-            gemm(space, &g).map(|()| Outcome::Done)
+            gemm(space, &g, from).map(resumed)
         }
         Packet::Eltwise {
             op,
@@ -233,7 +247,7 @@ pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
             dst,
             scale,
             shift,
-        } => eltwise(space, op, count, a, b, dst, scale, shift).map(|()| Outcome::Done),
+        } => eltwise(space, op, count, a, b, dst, scale, shift, from).map(resumed),
         Packet::Timestamp { dst } => {
             let now = clock.now_ns();
             space.write(tlb, dst, &now.to_le_bytes())?;
@@ -260,25 +274,39 @@ pub fn execute<M: PhysMem + ?Sized, C: Clock + ?Sized>(
     }
 }
 
-/// COPY: chunk by chunk, source then destination. The decoder guarantees both ranges end at or
-/// below 2^48, so the address arithmetic cannot wrap.
+/// A long packet's step result: `None` when it finished, else where to resume.
+fn resumed(next: Option<u64>) -> Outcome {
+    match next {
+        None => Outcome::Done,
+        Some(at) => Outcome::Partial(at),
+    }
+}
+
+/// COPY: chunk by chunk, source then destination, from byte `from`, at most [`STEP_WORK`] bytes
+/// per step. The decoder guarantees both ranges end at or below 2^48, so the address arithmetic
+/// cannot wrap.
 fn copy<M: PhysMem + ?Sized>(
     space: &Space<'_, M>,
     src: u64,
     dst: u64,
     size: u64,
-) -> Result<(), Fault> {
+    from: u64,
+) -> Result<Option<u64>, Fault> {
     let mut buf = [0u8; CHUNK];
     let (mut rt, mut wt) = (Tlb::new(), Tlb::new());
-    let mut done = 0u64;
+    let mut done = from;
+    let stop = from.saturating_add(STEP_WORK);
     while done < size {
+        if done >= stop {
+            return Ok(Some(done));
+        }
         let n = core::cmp::min(CHUNK as u64, size - done) as usize;
         let chunk = buf.get_mut(..n).unwrap_or_default();
         space.read(&mut rt, src.wrapping_add(done), chunk, regs::ACCESS_READ)?;
         space.write(&mut wt, dst.wrapping_add(done), chunk)?;
         done += n as u64;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// FILL: `size` is a multiple of 4 and so is `CHUNK`, so every chunk starts on a pattern word.
@@ -290,17 +318,20 @@ fn fill<M: PhysMem + ?Sized>(
     dst: u64,
     size: u64,
     pattern: u32,
-) -> Result<(), Fault> {
+    from: u64,
+) -> Result<Option<u64>, Fault> {
     if size <= 8 {
         // A flag or a counter: the pattern's bytes in one access, no buffer to clear and fill
         // (clearing even the small buffer is a `memset` call in the kernel's size-optimised
         // build).
         let w = (u64::from(pattern) | (u64::from(pattern) << 32)).to_le_bytes();
-        space.write(tlb, dst, w.get(..size as usize).unwrap_or_default())
+        space
+            .write(tlb, dst, w.get(..size as usize).unwrap_or_default())
+            .map(|()| None)
     } else if size <= SMALL_FILL as u64 {
-        fill_with::<M, SMALL_FILL>(space, tlb, dst, size, pattern)
+        fill_with::<M, SMALL_FILL>(space, tlb, dst, size, pattern, from)
     } else {
-        fill_with::<M, CHUNK>(space, tlb, dst, size, pattern)
+        fill_with::<M, CHUNK>(space, tlb, dst, size, pattern, from)
     }
 }
 
@@ -314,7 +345,8 @@ fn fill_with<M: PhysMem + ?Sized, const N: usize>(
     dst: u64,
     size: u64,
     pattern: u32,
-) -> Result<(), Fault> {
+    from: u64,
+) -> Result<Option<u64>, Fault> {
     let mut buf = [0u8; N];
     let used = core::cmp::min(N as u64, size) as usize;
     let word = pattern.to_le_bytes();
@@ -326,8 +358,13 @@ fn fill_with<M: PhysMem + ?Sized, const N: usize>(
     {
         *w = word;
     }
-    let mut done = 0u64;
+    // `from` is a multiple of N (a resume point of this loop), so chunks stay pattern-aligned.
+    let mut done = from;
+    let stop = from.saturating_add(STEP_WORK);
     while done < size {
+        if done >= stop {
+            return Ok(Some(done));
+        }
         let n = core::cmp::min(N as u64, size - done) as usize;
         space.write(
             tlb,
@@ -336,7 +373,7 @@ fn fill_with<M: PhysMem + ?Sized, const N: usize>(
         )?;
         done += n as u64;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// GEMM operands, widened for address arithmetic.
@@ -356,20 +393,40 @@ struct Gemm {
 /// GEMM_I8: for each row of C, tiles of `GEMM_COLS` columns accumulated in an on-stack int32
 /// tile; A is streamed in chunks of its row, B one row segment per inner index. Access order per
 /// tile: C (read, if accumulating), then A and B interleaved, then C (write). Products and sums
-/// wrap (int32). Offsets stay below 2^48: the decoder checked every matrix range.
-fn gemm<M: PhysMem + ?Sized>(space: &Space<'_, M>, g: &Gemm) -> Result<(), Fault> {
+/// wrap (int32). Offsets stay below 2^48: the decoder checked every matrix range. A tile reads
+/// and writes only its own part of C, so the packet resumes at any tile: from tile `from` (in row
+/// order), at most [`STEP_WORK`] multiply-accumulates per step, at least one tile.
+fn gemm<M: PhysMem + ?Sized>(
+    space: &Space<'_, M>,
+    g: &Gemm,
+    from: u64,
+) -> Result<Option<u64>, Fault> {
     let read = regs::ACCESS_READ;
     let (mut ta, mut tb, mut tc) = (Tlb::new(), Tlb::new(), Tlb::new());
     let mut acc = [0i32; GEMM_COLS];
     let mut c_bytes = [0u8; GEMM_COLS * 4];
     let mut a_chunk = [0u8; GEMM_K_CHUNK];
     let mut b_row = [0u8; GEMM_COLS];
-    for i in 0..g.m {
+    let tiles_per_row = g.n.div_ceil(GEMM_COLS) as u64;
+    let tile_work = (GEMM_COLS as u64).saturating_mul(g.k as u64).max(1);
+    let tiles_per_step = (STEP_WORK / tile_work).max(1);
+    let first_row = (from / tiles_per_row.max(1)) as usize;
+    let mut tile = from;
+    let stop = from.saturating_add(tiles_per_step);
+    for i in first_row..g.m {
         let a_row = g.a.wrapping_add((i as u64).wrapping_mul(g.lda));
         let c_row =
             g.c.wrapping_add((i as u64).wrapping_mul(g.ldc).wrapping_mul(4));
-        let mut j0 = 0usize;
+        let mut j0 = if i == first_row {
+            (from % tiles_per_row.max(1)) as usize * GEMM_COLS
+        } else {
+            0
+        };
         while j0 < g.n {
+            if tile >= stop {
+                return Ok(Some(tile));
+            }
+            tile += 1;
             let cols = core::cmp::min(GEMM_COLS, g.n - j0);
             let acc = acc.get_mut(..cols).unwrap_or_default();
             let c_tile = c_bytes.get_mut(..cols * 4).unwrap_or_default();
@@ -409,7 +466,7 @@ fn gemm<M: PhysMem + ?Sized>(space: &Space<'_, M>, g: &Gemm) -> Result<(), Fault
             j0 += cols;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// ELTWISE: chunks of `ELT_CHUNK` elements; per chunk a is read, then b (ADD and MUL), then the
@@ -424,15 +481,20 @@ fn eltwise<M: PhysMem + ?Sized>(
     dst: u64,
     scale: i32,
     shift: u32,
-) -> Result<(), Fault> {
+    from: u64,
+) -> Result<Option<u64>, Fault> {
     let read = regs::ACCESS_READ;
     let (mut ta, mut tb, mut td) = (Tlb::new(), Tlb::new(), Tlb::new());
     let mut a_bytes = [0u8; ELT_CHUNK * 4];
     let mut b_bytes = [0u8; ELT_CHUNK * 4];
     let mut d_bytes = [0u8; ELT_CHUNK * 4];
     let count = u64::from(count);
-    let mut done = 0u64;
+    let mut done = from;
+    let stop = from.saturating_add(STEP_WORK);
     while done < count {
+        if done >= stop {
+            return Ok(Some(done));
+        }
         let n = core::cmp::min(ELT_CHUNK as u64, count - done) as usize;
         let off = done * 4;
         let a_in = a_bytes.get_mut(..n * 4).unwrap_or_default();
@@ -464,5 +526,5 @@ fn eltwise<M: PhysMem + ?Sized>(
         }
         done += n as u64;
     }
-    Ok(())
+    Ok(None)
 }
