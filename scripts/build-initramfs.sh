@@ -9,7 +9,10 @@
 # -Wextra -Werror` against the kernel's installed UAPI headers and include/aigpu_drm.h) and PID 1
 # (/init = tests/guest/init.sh), tests/guest/tools_test.sh (/bin/tools_test.sh) and a copy of
 # aigpu.ko whose version magic names another kernel release of the same length
-# (/lib/modules/aigpu-vermagic.ko, for the triage tools' version-mismatch case). Extra static binaries (e.g. Rust tests built with
+# (/lib/modules/aigpu-vermagic.ko, for the triage tools' version-mismatch case), and the module
+# in its installed place for `modprobe` (/lib/modules/<release>/updates/dkms/aigpu.ko, modules.dep
+# by the host's depmod) with packaging/kmod/'s /etc/modprobe.d/aigpu.conf and
+# /usr/lib/udev/rules.d/70-aigpu.rules. Extra static binaries (e.g. Rust tests built with
 # `-C target-feature=+crt-static`) can be added with GUEST_EXTRA_BINS="path ..." (to /bin).
 # If out/guest/umd/ exists (scripts/build-guest-umd.sh), its bin/, lib/ and lib64/ go to /bin,
 # /lib and /lib64 (the UMD conformance tests, run by init.sh with UMD_BACKEND=kmd).
@@ -45,6 +48,19 @@ ln -s busybox "$R/bin/sh"
 cp "$AIGPU_ROOT/tests/guest/init.sh" "$R/init"
 chmod +x "$R/init"
 cp "$KO" "$R/lib/modules/aigpu.ko"
+# The same module installed the way an operator's DKMS installs it (docs/kmd.md, "Installing on
+# a server"): /lib/modules/<release>/updates/dkms/aigpu.ko, with the kernel's modules.order /
+# modules.builtin files and a modules.dep made by the host's depmod for that tree;
+# /etc/modprobe.d/aigpu.conf and /usr/lib/udev/rules.d/70-aigpu.rules from packaging/kmod/. The
+# guest loads it with `modprobe aigpu` and checks the options and the udev rule (init.sh).
+rel=$(cat "$KBUILD_OUT/include/config/kernel.release")
+install -D -m644 "$KO" "$R/lib/modules/$rel/updates/dkms/aigpu.ko"
+cp "$KBUILD_OUT"/modules.{order,builtin,builtin.modinfo} "$R/lib/modules/$rel/"
+/sbin/depmod -a -e -F "$KBUILD_OUT/System.map" -b "$R" "$rel"
+grep -qx 'updates/dkms/aigpu.ko:' "$R/lib/modules/$rel/modules.dep" ||
+  { echo "build-initramfs: depmod did not list updates/dkms/aigpu.ko" >&2; exit 1; }
+install -D -m644 "$AIGPU_ROOT/packaging/kmod/aigpu.conf" "$R/etc/modprobe.d/aigpu.conf"
+install -D -m644 "$AIGPU_ROOT/packaging/kmod/70-aigpu.rules" "$R/usr/lib/udev/rules.d/70-aigpu.rules"
 cp "$AIGPU_ROOT/tests/guest/tools_test.sh" "$R/bin/tools_test.sh"
 chmod +x "$R/bin/tools_test.sh"
 # The module as if built for another kernel: the release in `vermagic=` (.modinfo) with its last

@@ -98,6 +98,101 @@ if [ -x /bin/umd-smi ]; then
   /bin/tools_test.sh pre || trc=1
 fi
 
+# The operator's way (docs/kmd.md, "Installing on a server"), before the suite's insmod flow and
+# leaving the module unloaded: `modprobe aigpu` from /lib/modules/<release>/updates/dkms (the
+# modules.dep of build-initramfs.sh) with the options of /etc/modprobe.d/aigpu.conf
+# (packaging/kmod/aigpu.conf), then the udev rule on the render nodes it made.
+#
+# The options in force are read back from each device's debugfs status (the Rust `module!`
+# parameters have no /sys/module/aigpu/parameters/ files) and the render node count:
+# num_devices = renderD* nodes, mem_mib = mem_total / 1 MiB, job_timeout_ms, hang_debug.
+# Twice: the conf as shipped (its `#options aigpu ...` line, commented out, names the defaults),
+# then with that line uncommented and other values, as an operator edits it.
+conf_options() {  # the key=value pairs of the conf's options line, commented out or not
+  sed -n 's/^#\{0,1\}options aigpu //p' /etc/modprobe.d/aigpu.conf | head -1
+}
+check_options() {  # $1: what is checked; $2: key=value pairs expected in force
+  n=$(ls -d /sys/class/drm/renderD* 2>/dev/null | wc -l)
+  for kv in $2; do
+    k=${kv%%=*}; v=${kv#*=}
+    case $v in Y|y) v=1 ;; N|n) v=0 ;; esac
+    case $k in
+      num_devices) got=$n ;;
+      mem_mib) got=$(( $(sed -n 's/.* mem_total=\([0-9]*\).*/\1/p' /sys/kernel/debug/dri/128/status) / 1048576 )) ;;
+      *) got=$(sed -n "s/.* $k=\([0-9]*\).*/\1/p" /sys/kernel/debug/dri/128/status) ;;
+    esac
+    if [ "$got" != "$v" ]; then echo "GUEST: FAIL modprobe ($1): $k is $got, the conf says $v"; return 1; fi
+  done
+  echo "GUEST: modprobe ($1): in force: $2"
+}
+modprobe_round() {  # $1: what is checked
+  opts=$(conf_options)
+  echo "GUEST: modprobe ($1): /etc/modprobe.d/aigpu.conf: $(grep '^#\{0,1\}options aigpu' /etc/modprobe.d/aigpu.conf)"
+  echo "GUEST: modprobe -D aigpu: $(modprobe -D aigpu 2>&1 | tr '\n' ' ')"
+  modprobe aigpu || { echo "GUEST: FAIL modprobe aigpu ($1)"; return 1; }
+  r=0
+  check_options "$1" "$opts" || r=1
+  udev_rule_check || r=1
+  rmmod aigpu || { echo "GUEST: FAIL rmmod aigpu after modprobe"; r=1; }
+  return $r
+}
+# The guest has no udev (busybox only: no udevadm), so instead of `udevadm test` the rule of
+# /usr/lib/udev/rules.d/70-aigpu.rules is evaluated here on each render node's sysfs device:
+# SUBSYSTEM and KERNEL on the node, KERNELS and SUBSYSTEMS on one device of its parent chain
+# (udev's rule), shell glob patterns as udev's; then GROUP and MODE applied with chgrp/chmod
+# and read back with ls -l. TAG+="uaccess" needs systemd-logind and is only printed.
+udev_rule_check() {
+  rule=$(grep -v '^#' /usr/lib/udev/rules.d/70-aigpu.rules | grep .)
+  [ "$(echo "$rule" | wc -l)" = 1 ] || { echo "GUEST: FAIL udev rule: not one rule line"; return 1; }
+  keys=$(echo "$rule" | tr ',' '\n' | sed 's/^ *//; s/ *$//')
+  val() { echo "$keys" | sed -n "s/^$1$2\"\(.*\)\"$/\1/p"; }
+  m_subsystem=$(val SUBSYSTEM ==); m_kernel=$(val KERNEL ==)
+  m_kernels=$(val KERNELS ==); m_subsystems=$(val SUBSYSTEMS ==)
+  group=$(val GROUP =); mode=$(val MODE =); tag=$(val TAG +=)
+  [ -n "$m_subsystem" ] && [ -n "$m_kernel" ] && [ -n "$m_kernels" ] && [ -n "$m_subsystems" ] &&
+    [ -n "$group" ] && [ -n "$mode" ] || { echo "GUEST: FAIL udev rule: a key is missing: $rule"; return 1; }
+  grep -q '^render:' /etc/group 2>/dev/null || echo 'render:x:990:' >>/etc/group
+  nodes=0
+  for sysn in /sys/class/drm/renderD*; do
+    dev=$(readlink -f "$sysn")
+    kern=${dev##*/}
+    subs=$(basename "$(readlink -f "$dev/subsystem")")
+    chain=
+    pmatch=0
+    d=${dev%/*}
+    while [ "$d" != /sys/devices ] && [ "$d" != /sys ]; do
+      ps=; [ -e "$d/subsystem" ] && ps=$(basename "$(readlink -f "$d/subsystem")")
+      chain="$chain ${d##*/}($ps)"
+      # shellcheck disable=SC2254
+      case ${d##*/} in $m_kernels) case $ps in $m_subsystems) pmatch=1 ;; esac ;; esac
+      d=${d%/*}
+    done
+    echo "GUEST: udev facts $kern: SUBSYSTEM=$subs KERNEL=$kern parents:$chain"
+    m=1
+    # shellcheck disable=SC2254
+    case $subs in $m_subsystem) ;; *) m=0 ;; esac
+    # shellcheck disable=SC2254
+    case $kern in $m_kernel) ;; *) m=0 ;; esac
+    [ $pmatch = 1 ] || m=0
+    [ $m = 1 ] || { echo "GUEST: FAIL udev rule does not match $kern"; return 1; }
+    chgrp "$group" "/dev/dri/$kern" && chmod "$mode" "/dev/dri/$kern" ||
+      { echo "GUEST: FAIL udev GROUP/MODE on /dev/dri/$kern"; return 1; }
+    l=$(ls -l "/dev/dri/$kern")
+    echo "GUEST: udev rule matched $kern (TAG+=\"$tag\"): $l"
+    # Owner root: uid 0 (the guest's /etc/passwd may have no root line, then ls prints 0).
+    case $l in "crw-rw----"*" root "*" render "*|"crw-rw----"*" 0 "*" render "*) ;;
+      *) echo "GUEST: FAIL udev: $l is not crw-rw---- root render"; return 1 ;; esac
+    nodes=$((nodes + 1))
+  done
+  [ $nodes -gt 0 ] || { echo "GUEST: FAIL udev: no render node"; return 1; }
+  echo "GUEST: udev rule: GROUP=$group MODE=$mode on $nodes render node(s)"
+}
+pkrc=0
+modprobe_round shipped || pkrc=1
+sed -i 's/^#options aigpu .*/options aigpu num_devices=2 mem_mib=64 job_timeout_ms=3000 hang_debug=Y/' /etc/modprobe.d/aigpu.conf
+modprobe_round edited || pkrc=1
+echo "GUEST: modprobe and udev checks exit $pkrc"
+
 rc=1
 if insmod /lib/modules/aigpu.ko $PARAMS; then
   echo "GUEST: insmod aigpu.ko $PARAMS ok"
@@ -169,6 +264,7 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
 else
   echo "GUEST: FAIL insmod aigpu.ko"
 fi
+[ $pkrc = 0 ] || rc=1
 
 if [ -e /sys/kernel/debug/kmemleak ]; then
   # kmemleak only reports objects older than 5 s; scan twice (the second scan confirms).

@@ -1,6 +1,7 @@
 //! packaging/kmod/ stays in step with the module: the modprobe.d file documents every
 //! parameter of kmd/aigpu.rs (and no other), and dkms.conf names the module DKMS builds.
-//! (Building with DKMS needs a kernel tree with Rust DRM: docs/kmd.md; not run here.)
+//! (Building and installing with DKMS against a kernel tree with Rust DRM is scripts/test-dkms.sh,
+//! run by scripts/test-kmd.sh; the guest checks modprobe and the udev rule: tests/guest/init.sh.)
 
 use std::path::Path;
 
