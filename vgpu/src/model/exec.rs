@@ -22,14 +22,11 @@ const ELT_CHUNK: usize = 64;
 
 /// The most work one step of a long packet does before it yields (hw-spec §6, "Long
 /// packets"): bytes for COPY and FILL, elements for ELTWISE, multiply-accumulates for GEMM
-/// (in whole tiles, whose width shrinks for a long inner dimension so that one tile stays
-/// within it). A packet of more work runs over several steps, resuming where it stopped, so the
-/// host's rounds, its watchdog (the job timeout) and higher-priority queues get the device
-/// between them however large a single packet is. Tens of microseconds on the host, a few
-/// milliseconds under emulation with KASAN (where 2^18 made rounds of hundreds of ms).
-pub const STEP_WORK: u64 = 1 << 16;
-/// The narrowest GEMM tile (for `k` above `STEP_WORK / GEMM_COLS`).
-const GEMM_MIN_COLS: usize = 16;
+/// (rounded up to whole tiles). A packet of more work runs over several steps, resuming where it
+/// stopped, so the host's rounds, its watchdog (the job timeout) and higher-priority queues get
+/// the device between them however large a single packet is. About a quarter of a millisecond
+/// on the host, a few milliseconds under emulation.
+pub const STEP_WORK: u64 = 1 << 18;
 
 /// One address space as the executor sees it: the device's memory, the descriptor's slot, the
 /// PA of its top-level page table and the device's translation cache.
@@ -410,10 +407,8 @@ fn gemm<M: PhysMem + ?Sized>(
     let mut c_bytes = [0u8; GEMM_COLS * 4];
     let mut a_chunk = [0u8; GEMM_K_CHUNK];
     let mut b_row = [0u8; GEMM_COLS];
-    // Columns per tile: all GEMM_COLS unless a tile would exceed a step's work (a long `k`).
-    let tile_cols = ((STEP_WORK / (g.k as u64).max(1)) as usize).clamp(GEMM_MIN_COLS, GEMM_COLS);
-    let tiles_per_row = g.n.div_ceil(tile_cols) as u64;
-    let tile_work = (tile_cols as u64).saturating_mul(g.k as u64).max(1);
+    let tiles_per_row = g.n.div_ceil(GEMM_COLS) as u64;
+    let tile_work = (GEMM_COLS as u64).saturating_mul(g.k as u64).max(1);
     let tiles_per_step = (STEP_WORK / tile_work).max(1);
     let first_row = (from / tiles_per_row.max(1)) as usize;
     let mut tile = from;
@@ -423,7 +418,7 @@ fn gemm<M: PhysMem + ?Sized>(
         let c_row =
             g.c.wrapping_add((i as u64).wrapping_mul(g.ldc).wrapping_mul(4));
         let mut j0 = if i == first_row {
-            (from % tiles_per_row.max(1)) as usize * tile_cols
+            (from % tiles_per_row.max(1)) as usize * GEMM_COLS
         } else {
             0
         };
@@ -432,7 +427,7 @@ fn gemm<M: PhysMem + ?Sized>(
                 return Ok(Some(tile));
             }
             tile += 1;
-            let cols = core::cmp::min(tile_cols, g.n - j0);
+            let cols = core::cmp::min(GEMM_COLS, g.n - j0);
             let acc = acc.get_mut(..cols).unwrap_or_default();
             let c_tile = c_bytes.get_mut(..cols * 4).unwrap_or_default();
             let c_va = c_row.wrapping_add(j0 as u64 * 4);
