@@ -510,10 +510,12 @@ impl Hw {
         d.mem().begin_round();
         self.apply_doorbells(&mut d);
         let start = mono_ns();
-        // The clock is read every 8 steps only: small steps are cheaper than a clock read under
-        // emulation; a round of big GEMM steps stops after its first 8.
-        let round = d.run_round(ROUND_STEPS, |n| {
-            n % 8 == 0 && mono_ns().saturating_sub(start) > ROUND_NS
+        // The clock is read every 8 steps, and after every step of a long packet (hw-spec §6):
+        // small steps are cheaper than a clock read under emulation, a long one is not, and a
+        // round must end soon after its budget for the watchdog to see the job and for other
+        // queues' doorbells to be taken.
+        let round = d.run_round(ROUND_STEPS, |n, long| {
+            (long || n % 8 == 0) && mono_ns().saturating_sub(start) > ROUND_NS
         });
         self.refresh(&mut d);
         self.latch(&mut d);

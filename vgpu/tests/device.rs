@@ -693,17 +693,17 @@ fn run_round_counts_steps_and_ends_on_the_interrupt_line() {
         let flags = if job == 3 { ring::DESC_FLAG_IRQ } else { 0 };
         h.push(0, &exec_desc(SLOT as u32, CMD_VA, 4, flags, 0, 0, job));
     }
-    let r = h.dev.run_round(64, |_| false);
+    let r = h.dev.run_round(64, |_, _| false);
     assert_eq!((r.steps, r.last), (3, Step::Progress));
     assert!(h.dev.irq_line());
     assert_eq!(h.qr(0, regs::Q_HEAD), 3);
     h.w32(regs::IRQ_ACK, regs::IRQ_ALL);
 
-    let r = h.dev.run_round(1, |_| false);
+    let r = h.dev.run_round(1, |_, _| false);
     assert_eq!((r.steps, r.last), (1, Step::Progress));
 
     let mut asked = Vec::new();
-    let r = h.dev.run_round(64, |n| {
+    let r = h.dev.run_round(64, |n, _| {
         asked.push(n);
         true
     });
@@ -711,7 +711,7 @@ fn run_round_counts_steps_and_ends_on_the_interrupt_line() {
     assert_eq!(asked, [1]);
     assert_eq!(h.qr(0, regs::Q_HEAD), 5);
 
-    let r = h.dev.run_round(64, |_| panic!("asked without progress"));
+    let r = h.dev.run_round(64, |_, _| panic!("asked without progress"));
     assert_eq!((r.steps, r.last), (0, Step::Idle));
     assert!(!h.dev.irq_line());
 }

@@ -215,3 +215,40 @@ fn a_fault_in_a_later_step_is_reported_at_the_packet() {
         "no fence for a faulted job"
     );
 }
+
+/// A host's round is told which steps ran part of a long packet (so that it looks at its
+/// clock after each of them): a long FILL's steps are, a short packet's step is not.
+#[test]
+fn run_round_flags_the_steps_of_a_long_packet() {
+    let mut h = setup();
+    h.map(SLOT, DATA_VA, 1 << 20, RW);
+    submit(
+        &mut h,
+        LOW,
+        CMD_VA,
+        &packet::encode_fill(DATA_VA, 64, 9),
+        FENCE_AREA,
+        JOB,
+    );
+    let mut seen = Vec::new();
+    h.dev.run_round(64, |_, long| {
+        seen.push(long);
+        false
+    });
+    assert!(!seen.is_empty() && seen.iter().all(|&l| !l), "{seen:?}");
+    h.w32(regs::IRQ_ACK, regs::IRQ_ALL);
+    submit(
+        &mut h,
+        LOW,
+        CMD_VA + 0x10_0000,
+        &packet::encode_fill(DATA_VA, 1 << 20, 9),
+        FENCE_AREA + 8,
+        JOB + 1,
+    );
+    let mut seen = Vec::new();
+    h.dev.run_round(3, |_, long| {
+        seen.push(long);
+        false
+    });
+    assert_eq!(seen, [true, true, true]);
+}

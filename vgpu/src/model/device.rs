@@ -210,6 +210,9 @@ struct State {
     rr_next: [usize; PRIO_MAX as usize + 1],
     /// `TIMESTAMP` sampled when its low word was read; the high word reads from here.
     ts_latch: u64,
+    /// The last step ran part of a long packet (`exec::Outcome::Partial`, or a resumed one):
+    /// a step of up to `exec::STEP_WORK`, far more than a short packet's.
+    long_step: bool,
 }
 
 /// The aigpu virtual GPU: registers, queues, MMU and packet engine over the host's memory `M`,
@@ -412,11 +415,16 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
 
     /// One round of a device thread: [`Device::step`] until a step makes no progress, the
     /// interrupt line is raised (the host must deliver it before running on), `max_steps`
-    /// steps ran, or `stop_early(steps so far)` returns true (asked after every step that made
-    /// progress; a host uses it for a time budget). Both hosts (the simulator and aigpu.ko) run
+    /// steps ran, or `stop_early(steps so far, long)` returns true (asked after every step that
+    /// made progress; a host uses it for a time budget; `long`: that step ran part of a long
+    /// packet, hw-spec §6, so it is worth a look at the clock however few steps ran). Both hosts (the simulator and aigpu.ko) run
     /// their device threads with this, so what a round and its step count mean cannot differ
     /// between them (their debugfs `steps` and `busy_us` are per round).
-    pub fn run_round(&mut self, max_steps: u64, mut stop_early: impl FnMut(u64) -> bool) -> Round {
+    pub fn run_round(
+        &mut self,
+        max_steps: u64,
+        mut stop_early: impl FnMut(u64, bool) -> bool,
+    ) -> Round {
         let mut round = Round {
             steps: 0,
             last: Step::Idle,
@@ -427,7 +435,7 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
                 break;
             }
             round.steps += 1;
-            if self.irq_line() || stop_early(round.steps) {
+            if self.irq_line() || stop_early(round.steps, self.st.long_step) {
                 break;
             }
         }
@@ -541,6 +549,7 @@ impl State {
         clock: &C,
         tlb: &DevTlb,
     ) -> bool {
+        self.long_step = false;
         // Which queues may run, per priority, in one pass: running one queue never changes
         // whether another one is runnable, so the masks stay valid for this whole step.
         let mut runnable = [0u32; PRIO_MAX as usize + 1];
@@ -634,15 +643,19 @@ impl State {
                 };
                 let mut data_tlb = Tlb::new();
                 match exec::execute(&space, clock, &packet, &mut data_tlb, at) {
-                    Ok(Outcome::Partial(next)) => self.set_wait(
-                        q,
-                        Wait::Resume {
-                            packet,
-                            bytes,
-                            at: next,
-                        },
-                    ),
+                    Ok(Outcome::Partial(next)) => {
+                        self.long_step = true;
+                        self.set_wait(
+                            q,
+                            Wait::Resume {
+                                packet,
+                                bytes,
+                                at: next,
+                            },
+                        )
+                    }
                     Ok(_) => {
+                        self.long_step = true;
                         self.set_wait(q, Wait::None);
                         self.advance(q, bytes, bus);
                     }
@@ -713,14 +726,17 @@ impl State {
                     bytes: f.bytes,
                 },
             ),
-            Ok((f, Outcome::Partial(at))) => self.set_wait(
-                q,
-                Wait::Resume {
-                    packet: f.packet,
-                    bytes: f.bytes,
-                    at,
-                },
-            ),
+            Ok((f, Outcome::Partial(at))) => {
+                self.long_step = true;
+                self.set_wait(
+                    q,
+                    Wait::Resume {
+                        packet: f.packet,
+                        bytes: f.bytes,
+                        at,
+                    },
+                )
+            }
             Ok((_, Outcome::Hang)) => {
                 if let Some(queue) = self.queues.get_mut(q) {
                     queue.hung = true;

@@ -888,7 +888,7 @@ fn device_thread(gpu: std::sync::Weak<Gpu>) {
             let mut d = lock(&g.dev);
             let start = Instant::now();
             // A few packets per lock hold keeps register access responsive for submitters.
-            let round = d.run_round(16, |_| false);
+            let round = d.run_round(16, |_, _| false);
             let step = round.last;
             if round.steps > 0 {
                 g.steps.fetch_add(round.steps, Ordering::Relaxed);
