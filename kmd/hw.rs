@@ -511,11 +511,13 @@ impl Hw {
         self.apply_doorbells(&mut d);
         let start = mono_ns();
         // The clock is read every 8 steps, and after every step of a long packet (hw-spec §6):
-        // small steps are cheaper than a clock read under emulation, a long one is not, and a
-        // round must end soon after its budget for the watchdog to see the job and for other
-        // queues' doorbells to be taken.
+        // small steps are cheaper than a clock read under emulation, a long one is not. Long
+        // steps get a round of `LONG_ROUND_NS` (ending each round after one of them made a
+        // GEMM-heavy job pay for a round's lock, mirrors and latch per step), still short enough
+        // for the watchdog to see the job and for other queues' doorbells to be taken.
         let round = d.run_round(ROUND_STEPS, |n, long| {
-            (long || n % 8 == 0) && mono_ns().saturating_sub(start) > ROUND_NS
+            let elapsed = || mono_ns().saturating_sub(start);
+            (n % 8 == 0 && elapsed() > ROUND_NS) || (long && elapsed() > LONG_ROUND_NS)
         });
         self.refresh(&mut d);
         self.latch(&mut d);
@@ -588,6 +590,8 @@ const ROUND_STEPS: u64 = 64;
 /// A round ends after this much work (checked every 8 steps), so a driver register access that
 /// needs the model lock waits at most about this long plus one step.
 const ROUND_NS: u64 = 100_000;
+/// A round of long-packet steps ends once it has run this long (hw-spec §6, "Long packets").
+const LONG_ROUND_NS: u64 = 2_000_000;
 
 /// Uninterrupted device work after which the device thread gives up real-time priority (see
 /// `device_thread`).
