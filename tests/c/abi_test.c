@@ -469,7 +469,7 @@ int main(void) {
         umdFence fx;
         umdCmdBuf mixed[2] = {b, a};
         EXPECT_CODE("a command buffer of another context is refused", umdSubmit(ctx_b, mixed, 2, NULL, 0, &fx), UMD_ERR_INVALID_ARGUMENT);
-        expect_detail("foreign command buffer detail", UMD_ERR_INVALID_ARGUMENT, "umdSubmit", "cmdbufs[1] (0x");
+        expect_detail("foreign command buffer detail", UMD_ERR_INVALID_ARGUMENT, "umdSubmit", "cmdbufs[1] was created on context ");
         umdErrorDetail fd = detail();
         report("foreign command buffer names both contexts and the submitting one",
                strstr(fd.message, "was created on context ") != NULL && fd.context_id != 0, fd.message);

@@ -69,6 +69,18 @@ pub fn submit(
             )
             .ctx(ctx.id));
         }
+        // A command buffer belongs to the context it was created on: its lifetime (it goes with
+        // that context) and its accounting are that context's.
+        if !Arc::ptr_eq(&cb.ctx, ctx) {
+            return Err(UmdError::new(
+                umdResult::UMD_ERR_INVALID_ARGUMENT,
+                format!(
+                    "cmdbufs[{i}] was created on context {}, not on context {}: submit it on its own context, or create a command buffer on this one (umdCmdBufCreate).",
+                    cb.ctx.id, ctx.id
+                ),
+            )
+            .ctx(ctx.id));
+        }
         let (buf, size, accesses) = cb.submittable().map_err(|e| UmdError {
             message: format!("command buffer #{i}: {}", e.message),
             ..e

@@ -27,28 +27,13 @@ pub extern "C" fn umdSubmit(
         let waits = slice(waits, num_waits, "waits")?;
         let mut cbs = Vec::with_capacity(handles.len());
         for (i, &h) in handles.iter().enumerate() {
-            let cb = CMDBUFS.get(h).map_err(|e| {
+            cbs.push(CMDBUFS.get(h).map_err(|e| {
                 UmdError {
                     message: format!("cmdbufs[{i}]: {}", e.message),
                     ..e
                 }
                 .ctx(ctx.id)
-            })?;
-            // A command buffer belongs to the context it was created on: its lifetime (it goes
-            // with that context) and its accounting are that context's.
-            // (One of another device is refused as a foreign handle by `submit`.)
-            let same_device = std::sync::Arc::ptr_eq(&cb.ctx.device, &ctx.device);
-            if same_device && !std::sync::Arc::ptr_eq(&cb.ctx, &ctx) {
-                return Err(UmdError::new(
-                    umdResult::UMD_ERR_INVALID_ARGUMENT,
-                    format!(
-                        "cmdbufs[{i}] (0x{h:016x}) was created on context {}, not on context {}: submit it on its own context, or create a command buffer on this one (umdCmdBufCreate).",
-                        cb.ctx.id, ctx.id
-                    ),
-                )
-                .ctx(ctx.id));
-            }
-            cbs.push(cb);
+            })?);
         }
         let mut deps = Vec::with_capacity(waits.len());
         for (i, w) in waits.iter().enumerate() {
