@@ -211,6 +211,25 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "fail-first") == 0) {
         umdDevice d;
         say("open", umdDeviceOpen(0, &d));
+    } else if (strcmp(mode, "open-alloc") == 0) {
+        /* Open, create a context, allocate: each result said, the process exits 0 whatever
+         * they are (the settings of the backend, the pool and the simulator are read here). */
+        umdDevice d;
+        umdResult r = umdDeviceOpen(0, &d);
+        say("open", r);
+        if (r == UMD_SUCCESS) {
+            umdContext c;
+            r = umdContextCreate(d, UMD_PRIORITY_NORMAL, &c);
+            say("context", r);
+            if (r == UMD_SUCCESS) {
+                umdBuffer b;
+                r = umdMemAlloc(c, 4096, 0, &b);
+                say("alloc", r);
+                if (r == UMD_SUCCESS && umdMemFree(b) != UMD_SUCCESS) return 2;
+                if (umdContextDestroy(c) != UMD_SUCCESS) return 2;
+            }
+            if (umdDeviceClose(d) != UMD_SUCCESS) return 2;
+        }
     } else if (strcmp(mode, "fail-alloc") == 0) {
         uint32_t n = 0;
         say("count", umdGetDeviceCount(&n));

@@ -731,3 +731,56 @@ fn one_long_packet_cannot_defeat_the_job_timeout() {
     );
     assert!(out.contains("hung=1\n"), "{out}");
 }
+
+/// A typo in the value of every variable libumd reads (`umd::log::config::VARIABLES`), one per
+/// process that opens device 0, creates a context, allocates and exits: it never goes unsaid.
+/// A log setting keeps its default and one WARN names the variable (`variable=<name>`); a
+/// backend, pool or simulator setting fails the call that reads it (the open, or the first
+/// context for the pool) with UMD_ERR_INIT_BAD_CONFIG naming it (action: fix the setting),
+/// logged too. The process exits at once either way. (`UMD_LOG_DIR` takes any path, so it has no
+/// typo of its value; an unusable one is `log_faults`'s.)
+#[test]
+fn a_typo_in_the_value_of_every_variable_is_said() {
+    for &name in umd::log::config::VARIABLES {
+        if name == "UMD_LOG_DIR" {
+            continue;
+        }
+        let mut envs = vec![("UMD_BACKEND", "sim")];
+        if name == "UMD_BACKEND" {
+            envs.clear();
+        }
+        envs.push((name, "bogus"));
+        let r = run("open-alloc", &format!("typo-{name}"), &envs);
+        r.assert_exit0();
+        assert!(r.took < Duration::from_secs(2), "{name}: took {:?}", r.took);
+        let file = r.file_records();
+        let out = r.stdout();
+        let said_in_log = file.iter().any(|f| {
+            (f.level == "WARN" || f.level == "ERROR")
+                && (f.params.contains(&format!("variable={name}")) || f.msg.contains(name))
+        });
+        assert!(
+            said_in_log,
+            "{name}: no record names it: {:#?}",
+            shape(&file)
+        );
+        if name.starts_with("UMD_LOG") {
+            assert!(
+                out.contains("short_process: alloc UMD_SUCCESS\n"),
+                "{name}: {out}"
+            );
+            continue;
+        }
+        assert!(out.contains(" UMD_ERR_INIT_BAD_CONFIG\n"), "{name}: {out}");
+        let rec = file
+            .iter()
+            .find(|f| f.code == "UMD_ERR_INIT_BAD_CONFIG")
+            .expect("the failed call's record");
+        assert!(rec.msg.contains(name), "{name}: {}", rec.msg);
+        assert!(
+            rec.msg.contains("Action: fix the setting the detail names"),
+            "{name}: {}",
+            rec.msg
+        );
+    }
+}

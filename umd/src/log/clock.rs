@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static TSC_OK: AtomicBool = AtomicBool::new(false);
 const TSC_BIT: u64 = 1 << 63;
 
-/// Decides once whether the TSC may stand in for CLOCK_MONOTONIC (`UMD_LOG_TSC=0` forbids it).
-pub fn init() {
+/// Decides once whether the TSC may stand in for CLOCK_MONOTONIC (`allowed`: `UMD_LOG_TSC`,
+/// read with the other log settings in `config.rs`).
+pub fn init(allowed: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
@@ -21,7 +22,6 @@ pub fn init() {
         let info = read("/proc/cpuinfo");
         let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
         let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-        let allowed = !matches!(std::env::var("UMD_LOG_TSC").as_deref(), Ok("0"));
         TSC_OK.store(
             allowed && source_is_tsc && has("constant_tsc") && has("nonstop_tsc"),
             Ordering::Relaxed,

@@ -50,6 +50,8 @@ pub struct Config {
     pub max_runs: u32,
     /// Install the fatal-signal handlers.
     pub signals: bool,
+    /// The TSC may stand in for CLOCK_MONOTONIC where it is safe (`clock.rs`).
+    pub tsc: bool,
     /// Variables that were ignored, to be logged once the pipeline runs.
     pub warnings: Vec<Warning>,
 }
@@ -250,17 +252,20 @@ impl Config {
                 Overflow::Drop
             }
         };
-        let signals = match var("UMD_LOG_SIGNALS").as_deref().map(str::trim) {
+        // On/off switches, both on by default: one spelling rule for all of them.
+        let mut switch = |name: &str, what: &str| match var(name).as_deref().map(str::trim) {
             None | Some("1" | "on" | "yes") => true,
             Some("0" | "off" | "no") => false,
             Some(v) => {
                 warn(
-                    "UMD_LOG_SIGNALS",
-                    format!("UMD_LOG_SIGNALS='{v}' ignored: expected 0 or 1; the fatal-signal hook stays on"),
+                    name,
+                    format!("{name}='{v}' ignored: expected 0 or 1; {what} stays on"),
                 );
                 true
             }
         };
+        let signals = switch("UMD_LOG_SIGNALS", "the fatal-signal hook");
+        let tsc = switch("UMD_LOG_TSC", "the TSC time stamp");
         let (dir, dir_is_default) = match var("UMD_LOG_DIR") {
             Some(d) => (PathBuf::from(d), false),
             None => (default_dir(), true),
@@ -286,6 +291,7 @@ impl Config {
             ring,
             max_runs,
             signals,
+            tsc,
             warnings,
         }
     }

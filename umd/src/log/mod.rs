@@ -201,7 +201,7 @@ pub(crate) fn init_over() -> bool {
 /// Starts the writer; true when the filters were (re)set from the environment (false after a
 /// `fork`, where the child keeps the parent's run-time filters).
 fn start(cfg: &Config) -> bool {
-    clock::init();
+    clock::init(cfg.tsc);
     ring::init(cfg.ring);
     ring::set_dir(&cfg.file_cfg.dir);
     let keep = FILTERS
