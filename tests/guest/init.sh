@@ -98,6 +98,36 @@ if [ -x /bin/umd-smi ]; then
   /bin/tools_test.sh pre || trc=1
 fi
 
+# Short processes on the kernel backend (tests/c/short_process.c; the host suite runs the same
+# modes on the simulator): their records must reach the file and they must exit at once.
+# short_check NAME WANT_RECORDS COMMAND...: runs COMMAND with stdout and stderr to files,
+# checks exit 0, under 5 s, and WANT_RECORDS lines naming `umdMemAlloc` or `umdDeviceOpen` in
+# its log files.
+src=0
+short_check() {
+  name=$1 want=$2
+  shift 2
+  d=/tmp/short-$name
+  mkdir -p "$d"
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  (cd /tmp && UMD_LOG_DIR=$d "$@" >"$d/out" 2>"$d/err")
+  r=$?
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  n=$(cat "$d"/umd-*.log 2>/dev/null | grep -c -e ' umdMemAlloc ' -e ' umdDeviceOpen ')
+  slow=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a > 5) ? 1 : 0 }')
+  if [ $r = 0 ] && [ "$n" = "$want" ] && [ "$slow" = 0 ]; then
+    echo "GUEST: ok short_process $name (exit 0, $n records, $t0 -> $t1 s)"
+  else
+    echo "GUEST: FAIL short_process $name: exit $r, $n records (want $want), $t0 -> $t1 s"
+    cat "$d/out" "$d/err" "$d"/umd-*.log 2>/dev/null | head -20
+    src=1
+  fi
+}
+if [ -x /bin/short_process ]; then
+  # No module yet: the first call fails (UMD_ERR_INIT_BACKEND_UNAVAILABLE) and the process exits.
+  short_check fail-first 1 env UMD_BACKEND=kmd /bin/short_process fail-first
+fi
+
 # The operator's way (docs/kmd.md, "Installing on a server"), before the suite's insmod flow and
 # leaving the module unloaded: `modprobe aigpu` from /lib/modules/<release>/updates/dkms (the
 # modules.dep of build-initramfs.sh) with the options of /etc/modprobe.d/aigpu.conf
@@ -235,6 +265,26 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       frc=$?
       echo "GUEST: umd short_process fork-device exit $frc"
       [ $frc = 0 ] || rc=1
+      # Exit from a second thread, exit() in an atexit handler, dlopen + dlclose, fork + exit in
+      # the child (one record per process), on the kernel backend.
+      short_check exit-thread 1 /bin/short_process exit-thread
+      short_check atexit-exit 2 /bin/short_process atexit-exit
+      short_check dlopen 1 /bin/short_process dlopen
+      short_check fork-exit 2 /bin/short_process fork-exit
+      # A closed stderr pipe (`| head -c 1`): exit 0, never SIGPIPE, all 18 records in the file
+      # and one "console sink down".
+      mkdir -p /tmp/short-pipe
+      ( (cd /tmp && UMD_LOG_DIR=/tmp/short-pipe /bin/short_process console-burst 2>&1 >/dev/null)
+        echo $? >/tmp/short-pipe/rc ) | head -c 1 >/dev/null
+      prc=$(cat /tmp/short-pipe/rc)
+      pn=$(cat /tmp/short-pipe/umd-*.log | grep -c ' umdMemAlloc ')
+      pd=$(cat /tmp/short-pipe/umd-*.log | grep -c 'console sink down: writing stderr failed: Broken pipe')
+      if [ "$prc" = 0 ] && [ "$pn" = 18 ] && [ "$pd" = 1 ]; then
+        echo "GUEST: ok short_process closed stderr pipe (exit 0, 18 records, console sink down once)"
+      else
+        echo "GUEST: FAIL short_process closed stderr pipe: exit $prc, $pn records, $pd sink-down records"
+        src=1
+      fi
       # A close under a blocked wait wakes the waiter at once (CTX_DESTROY wakes WAITs).
       (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process close-under-wait)
       crc=$?
@@ -281,6 +331,7 @@ if [ -e /sys/kernel/debug/kmemleak ]; then
     echo "GUEST: kmemleak clean"
   fi
 fi
+[ "$src" = 0 ] || rc=1
 echo "GUEST: TEST_RC=$rc"
 echo "GUEST: uptime at end $(cut -d' ' -f1 /proc/uptime)s"
 echo "GUEST: DONE"
