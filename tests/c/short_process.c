@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
         }
         int st = 0;
         if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 3;
-        printf("short_process: child exited 0\n");
+        printf("short_process: child exited 0 (parent pid %d, child pid %d)\n", (int)getpid(), (int)pid);
     } else if (strcmp(mode, "dlopen") == 0) {
         void *h = dlopen("libumd.so.1", RTLD_NOW | RTLD_LOCAL);
         if (!h) return printf("short_process: dlopen failed: %s\n", dlerror()), 2;

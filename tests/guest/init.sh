@@ -119,7 +119,8 @@ short_check() {
     echo "GUEST: ok short_process $name (exit 0, $n records, $t0 -> $t1 s)"
   else
     echo "GUEST: FAIL short_process $name: exit $r, $n records (want $want), $t0 -> $t1 s"
-    cat "$d/out" "$d/err" "$d"/umd-*.log 2>/dev/null | head -20
+    ls -l "$d"
+    for f in "$d"/*; do echo "== $f"; head -c 2000 "$f"; done
     src=1
   fi
 }

@@ -119,6 +119,25 @@ fn per_module_levels_and_runtime_change() {
             umdLogSetLevel(c"umd::memory".as_ptr(), UMD_LOG_LEVEL_INFO, 4),
             umdResult::UMD_ERR_INVALID_FLAGS
         );
+        // A mistyped libumd module is refused, naming it; nothing changes.
+        assert_eq!(
+            umdLogSetLevel(
+                c"umd::memroy".as_ptr(),
+                UMD_LOG_LEVEL_DEBUG,
+                UMD_LOG_SINK_FILE
+            ),
+            umdResult::UMD_ERR_LOG_BAD_FILTER
+        );
+        assert_eq!(
+            umd::error::detail::last().message_str(),
+            "module names 'umd::memroy', which matches no libumd module (targets are module paths such as umd::memory, umd::submit, umd::backend::sim); nothing changed. Action: fix the call (arguments, handles or call order)."
+        );
+        assert_eq!(get_filter(UMD_LOG_SINK_FILE), "umd::device=info,error");
+        assert_eq!(
+            umdLogSetFilter(UMD_LOG_SINK_FILE, c"verbose".as_ptr()),
+            umdResult::UMD_ERR_LOG_BAD_FILTER
+        );
+        assert_eq!(get_filter(UMD_LOG_SINK_FILE), "umd::device=info,error");
         // Too small a buffer: truncated copy, the size needed, UMD_ERR_INVALID_SIZE.
         let mut small = [0 as c_char; 4];
         let mut need = 0usize;

@@ -784,3 +784,96 @@ fn a_typo_in_the_value_of_every_variable_is_said() {
         );
     }
 }
+
+/// A program started with stderr closed (fd 2 not open at all): the console sink is down from
+/// the first record, said once in the file (EBADF), and the file keeps every record.
+#[test]
+fn a_closed_stderr_descriptor_leaves_the_file_complete() {
+    use std::os::unix::process::CommandExt;
+    let dir = fresh_dir("closed-fd2");
+    let mut c = command("console-burst", &dir, &[("UMD_BACKEND", "sim")]);
+    // SAFETY: close(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(2);
+            Ok(())
+        });
+    }
+    let out = c.stdout(Stdio::piped()).output().expect("run");
+    assert!(out.status.success(), "{:?}", out.status);
+    let r = Run {
+        out,
+        took: Duration::ZERO,
+        dir,
+    };
+    let file = r.file_records();
+    assert_eq!(
+        file.iter().filter(|f| f.function == "umdMemAlloc").count(),
+        18
+    );
+    let down: Vec<&Rec> = file
+        .iter()
+        .filter(|f| {
+            f.msg
+                .starts_with("console sink down: writing stderr failed: Bad file descriptor")
+        })
+        .collect();
+    assert_eq!(down.len(), 1, "{:#?}", shape(&file));
+    assert_eq!(down[0].params, "errno=9");
+}
+
+/// The closed pipe again, but the console's reader goes away after a burst that the rate limit
+/// cut short: the only console write left is the suppressed-records summary at exit. Its
+/// failure must still be said in the file, and the host exit 0 (found in the QEMU guest, where
+/// the burst fits in one writer batch).
+#[test]
+fn a_console_closed_before_the_exit_summary_is_said_in_the_file() {
+    let dir = fresh_dir("sigpipe-at-exit");
+    let mut child = command("flood", &dir, &[("UMD_BACKEND", "sim")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut err = child.stderr.take().expect("stderr pipe");
+    let mut first = [0u8; 64];
+    let _ = err.read(&mut first);
+    drop(err);
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "host killed: {status:?}\n{stdout}");
+    let r = Run {
+        out: Output {
+            status,
+            stdout: stdout.into_bytes(),
+            stderr: Vec::new(),
+        },
+        took: Duration::ZERO,
+        dir,
+    };
+    let file = r.file_records();
+    assert_eq!(
+        file.iter()
+            .filter(|f| f.function == "umdMemGetAddress")
+            .count(),
+        20_000
+    );
+    let down = file
+        .iter()
+        .filter(|f| {
+            f.msg
+                .starts_with("console sink down: writing stderr failed: Broken pipe")
+        })
+        .count();
+    assert_eq!(
+        down,
+        1,
+        "{:#?}",
+        shape(&file[file.len().saturating_sub(5)..])
+    );
+}

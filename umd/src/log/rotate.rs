@@ -135,6 +135,7 @@ impl RotatingFile {
             .mode(0o640)
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)?;
+        let f = above_stdio(f)?;
         // A shared lock on the active file says "this run is live" to the pruning of other
         // processes ([`prune_runs`]), across PID namespaces too; it goes away with the process.
         // Best effort: a filesystem without flock leaves the pid check alone.
@@ -401,6 +402,23 @@ pub fn prune_runs(dir: &Path, keep: u32, me: u32) -> usize {
         }
     }
     deleted
+}
+
+/// Moves a file that got descriptor 0, 1 or 2 (a program started with stderr closed) above
+/// them: otherwise the console's writes to fd 2 would land in the log file, interleaved with its
+/// records, and the console sink would never be known to be down.
+fn above_stdio(f: File) -> io::Result<File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if f.as_raw_fd() > 2 {
+        return Ok(f);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor `f` owns returns a new descriptor (>= 3) or -1.
+    let fd = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns; `f` (the low one) is closed on drop.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// True when a live process holds the lock its writer takes on its active file (see

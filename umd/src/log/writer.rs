@@ -548,9 +548,13 @@ impl Writer {
 
     /// Writes out everything, including what writing itself logged (notices), so a flush
     /// acknowledgement covers them too.
+    /// The console is written inside the loop, before the file: its failure notice ("console
+    /// sink down", e.g. for the suppressed-records summary a closed pipe refuses at exit) is
+    /// itself a record that must reach the file.
     fn settle(&mut self, sync: bool) {
         for _ in 0..4 {
             self.write_local();
+            self.write_console();
             self.flush_file(sync);
             let more = LOCAL
                 .try_with(|l| l.try_borrow().map(|v| !v.is_empty()).unwrap_or(false))
@@ -559,7 +563,6 @@ impl Writer {
                 break;
             }
         }
-        self.write_console();
     }
 
     fn write_console(&mut self) {
