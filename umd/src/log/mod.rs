@@ -64,7 +64,11 @@ static SUBSCRIBER_SET: AtomicBool = AtomicBool::new(false);
 static HOOKS_SET: AtomicBool = AtomicBool::new(false);
 static FILTERS: RwLock<Option<Arc<Filters>>> = RwLock::new(None);
 static FILTER_GEN: AtomicU64 = AtomicU64::new(0);
-static FILE_PATH: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The active file's path. Not a mutex: a child forked while the writer thread held one (it
+/// sets the path when it opens the file) would block its own writer on it forever, losing the
+/// child's records and stalling its exit. Each path set is leaked (a reader may still clone
+/// it); there are a handful per process (open, a re-open, `umdLogSetFile`).
+static FILE_PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
 static SPAN_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Counters, readable through `umdLogGetStats`.
@@ -323,9 +327,9 @@ pub(crate) fn filter_gen() -> u64 {
 }
 
 fn set_file_path(p: Option<PathBuf>) {
-    if let Ok(mut g) = FILE_PATH.lock() {
-        *g = p;
-    }
+    let new = p.map_or(std::ptr::null_mut(), |p| Box::into_raw(Box::new(p)));
+    // The old one is leaked on purpose (see FILE_PATH).
+    let _ = FILE_PATH.swap(new, Ordering::AcqRel);
 }
 
 /// Which sinks (bit mask).
@@ -456,7 +460,9 @@ pub fn set_file(
 
 /// The active log file, if the file sink has one open.
 pub fn file_path() -> Option<PathBuf> {
-    FILE_PATH.lock().ok().and_then(|g| g.clone())
+    let p = FILE_PATH.load(Ordering::Acquire);
+    // SAFETY: a published path is never freed (see FILE_PATH).
+    unsafe { p.as_ref() }.cloned()
 }
 
 /// The active log file, waiting up to `timeout` for the writer to open it (right after start-up
