@@ -254,6 +254,11 @@ fn start(cfg: &Config) -> bool {
         // SAFETY: registering plain extern "C" functions without arguments.
         unsafe {
             libc::pthread_atfork(None, None, Some(after_fork_child));
+            libc::pthread_atfork(
+                Some(rotate::tz_lock_before_fork),
+                Some(rotate::tz_unlock_after_fork),
+                Some(rotate::tz_unlock_after_fork),
+            );
         }
         if cfg.signals {
             signals::install();

@@ -29,13 +29,39 @@ pub trait Clock: Send + Sync {
 /// The system's local time zone (`localtime_r`).
 pub struct SystemClock;
 
+/// glibc's `localtime_r` holds a process-wide lock (its time-zone state) that `fork()` does not
+/// reset: a child forked while the writer thread was inside it would block its own writer on it
+/// forever, losing the child's records and stalling its exit. libumd's calls hold this mutex,
+/// and `fork()` waits for it (pthread_atfork handlers, registered by `log::start`).
+struct TzLock(std::cell::UnsafeCell<libc::pthread_mutex_t>);
+// SAFETY: a pthread mutex is made to be shared between threads; it is only used through
+// pthread_mutex_lock/unlock.
+unsafe impl Sync for TzLock {}
+static TZ_LOCK: TzLock = TzLock(std::cell::UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+
+/// `pthread_atfork` prepare handler: no libumd `localtime_r` call is under way across a fork.
+pub(crate) extern "C" fn tz_lock_before_fork() {
+    // SAFETY: a statically initialised mutex.
+    unsafe { libc::pthread_mutex_lock(TZ_LOCK.0.get()) };
+}
+
+/// `pthread_atfork` parent and child handler: releases what the prepare handler took (in the
+/// child the forking thread, which took it, is the one that runs this).
+pub(crate) extern "C" fn tz_unlock_after_fork() {
+    // SAFETY: held by this thread since `tz_lock_before_fork`.
+    unsafe { libc::pthread_mutex_unlock(TZ_LOCK.0.get()) };
+}
+
 impl Clock for SystemClock {
     fn utc_offset_s(&self, wall_ns: u64) -> i64 {
         let t = (wall_ns / 1_000_000_000) as libc::time_t;
         // SAFETY: an all-zero tm is a valid out-value.
         let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        tz_lock_before_fork();
         // SAFETY: both pointers are valid for the call.
-        if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        let ok = !unsafe { libc::localtime_r(&t, &mut tm) }.is_null();
+        tz_unlock_after_fork();
+        if !ok {
             return 0;
         }
         tm.tm_gmtoff
