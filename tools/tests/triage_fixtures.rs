@@ -181,7 +181,7 @@ fn uapi_mismatch_from_libumd_log() {
     golden("triage-uapi-mismatch.txt", &screen);
     assert_eq!(
         verdict_line(&screen, "user-space driver"),
-        "  user-space driver: libumd UAPI 1.4 needs kernel UAPI ≥ 1.3, found 1.2"
+        "  user-space driver: libumd in pid 7001 ran on the simulator, not the GPU (UMD_BACKEND=auto): libumd UAPI 1.4 needs kernel UAPI ≥ 1.3, found 1.2"
     );
 }
 
@@ -454,10 +454,10 @@ fn lost_device_from_libumd_logs_only() {
     assert_eq!(
         app,
         vec![
-            "  application: device lost in pid 4411 at 02:13:07 after a page fault at 0x7f0010000 in context 1",
-            "    evidence (umd log umd-4411.log:5): 2026-11-29T02:13:07.455000Z 7987981545000 ERROR tid=4411 umd::device - umd/src/device.rs:112 ctx=- code=- \"device lost: all further calls fail with UMD_ERR_DEVICE_LOST\" device=1 index=0 location=/dev/dri/renderD128 reason=\"submit: errno ENODEV (19), reason DEVICE_LOST (26): device is lost\"",
-            "    evidence (umd log umd-4411.log:4): 2026-11-29T02:13:07.160000Z 7987686545000 ERROR tid=4411 umd::abi umdFenceWait umd/src/abi/mod.rs:60 ctx=1 code=UMD_ERR_CTX_LOST \"context 1 was lost: GPU fault 'unmapped' (read access) at VA 0x7f0010000, packet offset 24 of its command buffer; fence seqno 57 will never signal. wait for fence (context 1, seqno 57) failed: errno ECANCELED (125), reason CTX_LOST (29): context was reset or faulted\" errno=125 reason=29",
-            "    (3 more findings: see \"all findings\" in summary.txt)",
+            "  application: GPU page fault (unmapped read) at 0x7f0010000 in context 1 (pid 4411), packet at offset 24 of its command buffer: in no live buffer and near none (the nearest: 31.7 GiB past the end of buffer 8 (4.0 KiB at 0x610000, context 2)); the context was banned",
+            "    evidence (umd log umd-4411.log:4): 2026-11-29T02:13:07.159900Z 7987686445000 ERROR tid=4411 umd::context - umd/src/context.rs:156 ctx=1 code=- \"context lost\" event=ctx_lost kmd_ctx=12 cause=fault reset=guilty fault=unmapped access=read va=0x7f0010000 offset=24 submitted=57 completed=56",
+            "    fix: the packet's address is outside every live buffer of the context: check the device pointer it was recorded with (a freed or foreign buffer, a wrong offset or leading dimension)",
+            "    (2 more findings: see \"all findings\" in summary.txt)",
         ],
         "{screen}"
     );

@@ -43,6 +43,7 @@ fn errors() {
         vec![
             "UMD_ERR_MEM_OUT_OF_MEMORY",
             "UMD_ERR_SYNC_TIMEOUT",
+            "-",
             "UMD_ERR_CTX_LOST",
             "-",
             "UMD_ERR_DEVICE_LOST"

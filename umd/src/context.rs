@@ -63,6 +63,8 @@ pub struct Context {
     closing: AtomicU8,
     /// Threads inside the backend's WAIT on this context ([`Context::enter_wait`]).
     waiters: AtomicU32,
+    /// Set once the `context lost` record has been logged ([`Context::loss_story`]).
+    loss_logged: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
@@ -102,6 +104,7 @@ impl Context {
             timeline,
             closing: AtomicU8::new(0),
             waiters: AtomicU32::new(0),
+            loss_logged: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -118,7 +121,11 @@ impl Context {
     /// What happened to a lost context, for error details: "page fault (write) at VA 0x..,
     /// packet offset 24" or "hung: job timeout".
     pub fn loss_story(&self) -> (String, u64) {
-        match self.state() {
+        let state = self.state();
+        if let Ok(s) = &state {
+            self.log_loss(s);
+        }
+        match state {
             Ok(s) if s.hung != 0 => ("it hung the GPU (job timeout) and was reset".into(), 0),
             Ok(s) if s.fault_type != 0 => (
                 format!(
@@ -133,6 +140,41 @@ impl Context {
             Ok(_) => ("it was reset".into(), 0),
             Err(e) => (format!("its state could not be read ({})", e.message), 0),
         }
+    }
+
+    /// The `context lost` record, once per context: what the driver says happened, as fields
+    /// (docs/logging.md, "Fact records").
+    fn log_loss(&self, s: &uapi::ioctl::CtxState) {
+        if self.loss_logged.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cause = match (s.hung != 0, s.fault_type != 0) {
+            (true, _) => "hang",
+            (false, true) => "fault",
+            _ => "reset",
+        };
+        tracing::error!(
+            ctx = self.id,
+            event = "ctx_lost",
+            kmd_ctx = self.kmd_id,
+            cause,
+            reset = reset_name(s.reset_status),
+            fault = if s.fault_type != 0 {
+                uapi::regs::fault_kind_name(s.fault_type)
+            } else {
+                "-"
+            },
+            access = if s.fault_type != 0 {
+                uapi::regs::access_name(s.fault_access)
+            } else {
+                "-"
+            },
+            va = format_args!("{:#x}", s.fault_va),
+            offset = s.fault_offset,
+            submitted = s.submitted_seqno,
+            completed = s.completed_seqno,
+            "context lost"
+        );
     }
 
     /// Tears the context down for `by`: marks it closing and destroys the KMD context. The
@@ -182,6 +224,12 @@ impl Context {
 
     /// Destroys the KMD context (after its pending work, bounded by the job timeout).
     pub fn destroy(&self) -> UmdResult<()> {
+        // What happened to this context's work, for the innocent ones of a reset (the guilty
+        // one has its `context lost` record); not asked on a lost device.
+        let st = match self.device.is_lost() {
+            false => self.device.backend.ctx_state(self.kmd_id).ok(),
+            true => None,
+        };
         // Also on a lost device (both backends accept CTX_DESTROY then): the file's teardown
         // cannot be relied on, CPU mappings of the pool keep a kernel file open.
         self.device.backend.ctx_destroy(self.kmd_id).map_err(|e| {
@@ -189,7 +237,14 @@ impl Context {
                 .fail(Op::Context, e, "context destroy")
                 .ctx(self.id)
         })?;
-        tracing::info!(ctx = self.id, "context destroyed");
+        tracing::info!(
+            ctx = self.id,
+            event = "ctx_destroyed",
+            reset = st.map(|s| reset_name(s.reset_status)).unwrap_or("-"),
+            submitted = st.map(|s| s.submitted_seqno).unwrap_or(0),
+            completed = st.map(|s| s.completed_seqno).unwrap_or(0),
+            "context destroyed"
+        );
         Ok(())
     }
 }
@@ -221,5 +276,14 @@ impl Drop for Context {
         // Its jobs are finished or cancelled (destroy waits for them; a lost context runs
         // nothing more), so the fences it stamped no longer gate reuse.
         self.pool.unregister(&self.device, self.acct);
+    }
+}
+
+/// A context's reset status as logged: `none`, `guilty`, `innocent`.
+fn reset_name(status: u32) -> &'static str {
+    match status {
+        uapi::ioctl::RESET_GUILTY => "guilty",
+        uapi::ioctl::RESET_INNOCENT => "innocent",
+        _ => "none",
     }
 }

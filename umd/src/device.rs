@@ -51,6 +51,15 @@ impl Device {
             .map_err(|e| kmd_error(Op::Other, e, &format!("query of {}", backend.location())))
             .inspect_err(said_lost)?;
         if !uapi::compatible(info.uapi_major, info.uapi_minor) {
+            tracing::warn!(
+                event = "version_mismatch",
+                index,
+                location = %backend.location(),
+                kernel_uapi = %format!("{}.{}", info.uapi_major, info.uapi_minor),
+                libumd_uapi = %format!("{}.{}", uapi::UAPI_MAJOR, uapi::UAPI_MINOR),
+                min_kernel_minor = uapi::MIN_KERNEL_MINOR,
+                "UAPI version mismatch"
+            );
             return Err(UmdError::new(
                 umdResult::UMD_ERR_INIT_VERSION_MISMATCH,
                 format!(
@@ -124,7 +133,7 @@ impl Device {
         }
         self.lost_at_wall_ns
             .store(crate::error::detail::wall_ns(), Ordering::Relaxed);
-        tracing::error!(device = self.id, index = self.index, location = %self.backend.location(), reason = why,
+        tracing::error!(device = self.id, event = "device_lost", index = self.index, location = %self.backend.location(), reason = why,
             "device lost: all further calls fail with UMD_ERR_DEVICE_LOST");
         let black_box =
             match crate::log::dump_blackbox(&format!("device {} lost: {why}", self.index)) {

@@ -16,6 +16,7 @@
 //! than the ring's slot cut with `…`).
 
 pub mod analyze;
+pub mod facts;
 
 use crate::host::Notes;
 use crate::kv;

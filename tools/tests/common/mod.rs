@@ -92,9 +92,23 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// This build's own UAPI version written as `<LIB>`, so a UAPI bump does not rewrite every golden
+/// file (the fixtures' kernels keep their recorded versions).
+pub fn uapi_neutral(text: &str) -> String {
+    let lib = format!("{}.{}", uapi::UAPI_MAJOR, uapi::UAPI_MINOR);
+    text.replace(&format!("libumd UAPI {lib}"), "libumd UAPI <LIB>")
+        .replace(&format!("(built in): {lib}"), "(built in): <LIB>")
+        .replace(
+            &format!("\"libumd_uapi\": \"{lib}\""),
+            "\"libumd_uapi\": \"<LIB>\"",
+        )
+}
+
 /// Compares `actual` with golden file `expected/<name>`; with `UPDATE_GOLDEN=1` writes it
 /// instead (review the diff before committing).
 pub fn golden(name: &str, actual: &str) {
+    let actual = uapi_neutral(actual);
+    let actual = actual.as_str();
     let p = fixtures().join("expected").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir expected");

@@ -13,7 +13,9 @@ use std::sync::Arc;
 pub extern "C" fn umdGetDeviceCount(count: *mut u32) -> umdResult {
     guard("umdGetDeviceCount", || {
         let count = out(count, "count")?;
-        let r = registry::resolved()?;
+        let r = registry::resolved();
+        crate::log::story::started(&r);
+        let r = r?;
         *count = crate::backend::select::count(&r)?;
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -25,7 +27,9 @@ pub extern "C" fn umdGetDeviceCount(count: *mut u32) -> umdResult {
 pub extern "C" fn umdDeviceOpen(index: u32, device: *mut umdDevice) -> umdResult {
     guard("umdDeviceOpen", || {
         let device = out(device, "device")?;
-        let r = registry::resolved()?;
+        let r = registry::resolved();
+        crate::log::story::started(&r);
+        let r = r?;
         let d = crate::device::Device::open(&r, index)?;
         *device = DEVICES.insert(Arc::new(d));
         Ok(umdResult::UMD_SUCCESS)
@@ -144,7 +148,12 @@ pub extern "C" fn umdDebugInjectFault(device: umdDevice, fault: u32) -> umdResul
         dev.backend
             .debug_inject(fault)
             .map_err(|e| dev.fail(crate::errmap::Op::Other, e, "fault injection"))?;
-        tracing::warn!(device = dev.id, fault, "debug fault injected");
+        tracing::warn!(
+            device = dev.id,
+            event = "fault_injected",
+            fault,
+            "debug fault injected"
+        );
         Ok(umdResult::UMD_SUCCESS)
     })
 }

@@ -183,7 +183,11 @@ pub extern "C" fn umdMemAlloc(
     guard_on("umdMemAlloc", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
         let ctx = CONTEXTS.get(context)?;
-        let b = Arc::new(crate::memory::Buffer::alloc(&ctx, size, flags)?);
+        let b = Arc::new(said_oom(
+            &ctx,
+            size,
+            crate::memory::Buffer::alloc(&ctx, size, flags),
+        )?);
         let h = BUFFERS.insert(b.clone());
         b.set_handle(h);
         *buffer = h;
@@ -220,12 +224,52 @@ pub extern "C" fn umdMemAllocEx(
             flags: i.flags,
             tag: tag.as_deref(),
         };
-        let b = Arc::new(crate::memory::Buffer::alloc_ex(&ctx, &req)?);
+        let b = Arc::new(said_oom(
+            &ctx,
+            i.size,
+            crate::memory::Buffer::alloc_ex(&ctx, &req),
+        )?);
         let h = BUFFERS.insert(b.clone());
         b.set_handle(h);
         *buffer = h;
         Ok(umdResult::UMD_SUCCESS)
     })
+}
+
+/// On an out-of-memory failure, the `oom` record: what each context of the device holds
+/// (`holders`: `ctx:bytes` by size, largest first), so the reader sees who has the memory, not
+/// only who was refused it (docs/logging.md, "Fact records").
+#[cold]
+fn said_oom<T>(
+    ctx: &crate::context::Context,
+    size: u64,
+    r: crate::error::UmdResult<T>,
+) -> crate::error::UmdResult<T> {
+    if r.as_ref()
+        .is_err_and(|e| e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY)
+    {
+        let mut held: Vec<(u64, u64)> = CONTEXTS
+            .live()
+            .into_iter()
+            .filter(|(_, c)| Arc::ptr_eq(&c.device, &ctx.device))
+            .map(|(_, c)| (c.id, c.pool.ctx_stats(c.acct).allocated_bytes.current))
+            .collect();
+        held.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let holders = held
+            .iter()
+            .map(|(c, b)| format!("{c}:{b}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        tracing::error!(
+            ctx = ctx.id,
+            event = "oom",
+            size,
+            mem_total = ctx.device.info.mem_total,
+            holders = holders.as_str(),
+            "out of device memory: who holds it"
+        );
+    }
+    r
 }
 
 /// Frees the buffer whose GPU address is `address`, allocated on `context` (the device-pointer

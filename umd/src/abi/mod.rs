@@ -135,6 +135,8 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
                 function,
                 errno = e.os_errno,
                 reason = e.kmd_reason,
+                va = format_args!("{:#x}", e.fault_va),
+                seqno = e.fence_seqno,
                 at = %at,
                 "{msg}"
             )
@@ -145,6 +147,8 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
             function,
             errno = e.os_errno,
             reason = e.kmd_reason,
+            va = format_args!("{:#x}", e.fault_va),
+            seqno = e.fence_seqno,
             at = %at,
             "{msg}"
         ),

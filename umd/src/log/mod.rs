@@ -32,6 +32,7 @@ pub mod record;
 pub mod ring;
 pub mod rotate;
 mod signals;
+pub mod story;
 pub mod targets;
 mod writer;
 

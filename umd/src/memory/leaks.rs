@@ -32,6 +32,7 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
         if i < DETAILED {
             tracing::warn!(
                 ctx = b.ctx_id,
+                event = "leak",
                 buffer = b.id,
                 size = b.size,
                 class = b.alloc_size,
@@ -66,6 +67,7 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
     let unlisted = n.saturating_sub(DETAILED);
     tracing::warn!(
         ctx,
+        event = "leak_summary",
         buffers = n as u64,
         bytes,
         unlisted = unlisted as u64,

@@ -1,0 +1,235 @@
+//! The process's own story in its log (docs/logging.md, "The process's story"): one
+//! `process start` record with the effective settings and where each came from, and one
+//! `process exit` record with how the process ended and what was still live.
+//!
+//! Both carry `event=` (`process_start`, `process_exit`) and typed fields only; `umd-smi triage`
+//! reads the failing process's environment and settings from them instead of the shell it runs
+//! in (docs/tools.md, "Fields the verdict reads").
+
+use crate::backend::select::{NoKernelDevice, Resolved};
+use crate::error::UmdResult;
+use std::sync::Once;
+
+/// Where a setting's value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Nothing set it.
+    Default,
+    /// An environment variable.
+    Environment,
+}
+
+impl Source {
+    /// As logged.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Default => "default",
+            Source::Environment => "environment",
+        }
+    }
+
+    fn of(var: &str) -> Source {
+        if std::env::var_os(var).is_some() {
+            Source::Environment
+        } else {
+            Source::Default
+        }
+    }
+}
+
+static STARTED: Once = Once::new();
+
+/// The set `UMD_*` variables libumd reads, `NAME=value` joined by `;` (values with `;` keep it:
+/// the names are known, so a reader splits on `;UMD_`).
+fn environment() -> String {
+    super::config::VARIABLES
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Why there is no kernel device, as a name (`module_not_loaded`, `node_missing`,
+/// `permission_denied`, `version_mismatch`, `lost`, `other`) with the node and the kernel's
+/// UAPI when known.
+fn no_kernel_device(d: &NoKernelDevice) -> (&'static str, String, String) {
+    match d {
+        NoKernelDevice::ModuleNotLoaded => ("module_not_loaded", String::new(), String::new()),
+        NoKernelDevice::NodeMissing => ("node_missing", String::new(), String::new()),
+        NoKernelDevice::PermissionDenied(n) => ("permission_denied", n.clone(), String::new()),
+        NoKernelDevice::VersionMismatch { kernel } => (
+            "version_mismatch",
+            String::new(),
+            format!("{}.{}", kernel.0, kernel.1),
+        ),
+        NoKernelDevice::Lost(n) => ("lost", n.clone(), String::new()),
+        NoKernelDevice::Other(_) => ("other", String::new(), String::new()),
+    }
+}
+
+/// The backend (`kmd` / `sim` / `none`) and, when it is not the kernel's although `auto` or
+/// `kmd` looked for it, why: libumd's own probe asked again, so the reason is a name, not a
+/// sentence (this runs once, on the fallback or failure path only).
+fn backend(r: &UmdResult<Resolved>) -> (&'static str, (&'static str, String, String)) {
+    let why = || match crate::backend::kmd::probe() {
+        Ok(_) => ("other", String::new(), String::new()),
+        Err(d) => no_kernel_device(&d),
+    };
+    match r {
+        Ok(Resolved::Kmd(_)) => ("kmd", ("", String::new(), String::new())),
+        Ok(Resolved::Sim(None)) => ("sim", ("", String::new(), String::new())),
+        Ok(Resolved::Sim(Some(_))) => ("sim", why()),
+        Err(e) if e.code == crate::error::umdResult::UMD_ERR_INIT_BAD_CONFIG => {
+            ("none", ("bad_config", String::new(), String::new()))
+        }
+        Err(_) => ("none", why()),
+    }
+}
+
+/// Logs the `process start` record once per process, when the backend is first resolved, and
+/// arranges for the `process exit` record.
+pub fn started(r: &UmdResult<Resolved>) {
+    STARTED.call_once(|| {
+        let (backend, (why, node, kernel_uapi)) = backend(r);
+        let sim = crate::backend::sim::config::SimConfig::from_env().unwrap_or_default();
+        let sim0 = crate::backend::sim::config::SimConfig::default();
+        let pool = crate::memory::pool::config::Config::from_env().unwrap_or_default();
+        let pool0 = crate::memory::pool::config::Config::default();
+        // (name, variable, effective value, default value). The simulator's settings are the
+        // device's only when the process runs on it; on the kernel backend the module's
+        // parameters rule (debugfs `status`), so they are not claimed there.
+        let on_sim = backend == "sim";
+        let mut settings: Vec<(&str, &str, String, String)> = vec![(
+            "backend",
+            "UMD_BACKEND",
+            backend.to_string(),
+            "auto".to_string(),
+        )];
+        if on_sim {
+            settings.extend([
+                (
+                    "job_timeout_ms",
+                    "UMD_SIM_JOB_TIMEOUT_MS",
+                    sim.job_timeout_ms.to_string(),
+                    sim0.job_timeout_ms.to_string(),
+                ),
+                (
+                    "mem_mib",
+                    "UMD_SIM_MEM_MIB",
+                    (sim.mem_bytes >> 20).to_string(),
+                    (sim0.mem_bytes >> 20).to_string(),
+                ),
+                (
+                    "sim_devices",
+                    "UMD_SIM_DEVICES",
+                    sim.devices.to_string(),
+                    sim0.devices.to_string(),
+                ),
+                (
+                    "hang_debug",
+                    "UMD_SIM_HANG_DEBUG",
+                    sim.hang_debug.to_string(),
+                    sim0.hang_debug.to_string(),
+                ),
+            ]);
+        }
+        settings.extend([
+            (
+                "log",
+                "UMD_LOG",
+                std::env::var("UMD_LOG").unwrap_or_default(),
+                String::new(),
+            ),
+            (
+                "pool",
+                "UMD_POOL",
+                pool.enabled.to_string(),
+                pool0.enabled.to_string(),
+            ),
+            (
+                "pool_history",
+                "UMD_POOL_HISTORY",
+                pool.history.to_string(),
+                pool0.history.to_string(),
+            ),
+            (
+                "pool_release_threshold",
+                "UMD_POOL_RELEASE_THRESHOLD",
+                pool.release_threshold.to_string(),
+                pool0.release_threshold.to_string(),
+            ),
+        ]);
+        let non_default = settings
+            .iter()
+            .filter(|(_, var, _, _)| Source::of(var) != Source::Default)
+            .map(|(n, _, _, _)| *n)
+            .collect::<Vec<_>>()
+            .join(",");
+        tracing::info!(
+            target: "umd::story",
+            event = "process_start",
+            backend,
+            backend_src = Source::of("UMD_BACKEND").name(),
+            backend_why = why,
+            node = node.as_str(),
+            kernel_uapi = kernel_uapi.as_str(),
+            libumd_uapi = %format_args!("{}.{}", uapi::UAPI_MAJOR, uapi::UAPI_MINOR),
+            min_kernel_minor = uapi::MIN_KERNEL_MINOR,
+            non_default = non_default.as_str(),
+            env = environment().as_str(),
+            "process start"
+        );
+        for (name, var, value, default) in &settings {
+            tracing::info!(
+                target: "umd::story",
+                event = "setting",
+                name,
+                value = value.as_str(),
+                default = default.as_str(),
+                src = Source::of(var).name(),
+                variable = var,
+                "setting"
+            );
+        }
+        // SAFETY: `on_exit` registers a plain function with a null argument; glibc calls it at
+        // exit() or the return from main with the exit status.
+        unsafe {
+            on_exit(exited, std::ptr::null_mut());
+        }
+    });
+}
+
+extern "C" {
+    /// glibc: like `atexit`, but the handler receives the exit status.
+    fn on_exit(
+        f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// The `process exit` record: how the process ended and what was still live. Runs inside
+/// `exit()`; nothing here may unwind into C.
+extern "C" fn exited(status: libc::c_int, _arg: *mut libc::c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        use crate::registry::{BUFFERS, CONTEXTS, DEVICES};
+        let ctxs = CONTEXTS.live();
+        let bufs = BUFFERS.live();
+        let live_bytes: u64 = bufs.iter().map(|(_, b)| b.size).sum();
+        let live_contexts = ctxs
+            .iter()
+            .map(|(_, c)| c.id.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        tracing::info!(
+            target: "umd::story",
+            event = "process_exit",
+            how = "exit",
+            status,
+            live_devices = DEVICES.live().len() as u64,
+            live_contexts = live_contexts.as_str(),
+            live_buffers = bufs.len() as u64,
+            live_bytes,
+            "process exit"
+        );
+    });
+}
