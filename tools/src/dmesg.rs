@@ -145,20 +145,60 @@ const SPLATS: [&str; 7] = [
     "unreferenced object",
 ];
 
-/// True for lines that concern the driver (kept in the snapshot's filtered dmesg).
+/// True for a line of the driver or of DRM (kept in the snapshot's filtered dmesg); the
+/// kernel's load errors for the module name it (`aigpu: version magic ...`).
 pub fn relevant(line: &str) -> bool {
     let b = body(line);
     let l = b.to_ascii_lowercase();
-    l.contains("aigpu")
-        || l.contains("[drm")
-        || l.starts_with("drm")
-        || l.contains("version magic")
-        || l.contains("unknown symbol")
-        || l.contains("disagrees about version")
-        || l.contains("module verification")
-        || l.contains("call trace")
-        || SPLATS.iter().any(|s| b.contains(s))
-        || is_leak(b)
+    l.contains("aigpu") || l.contains("[drm") || l.starts_with("drm") || is_leak(b)
+}
+
+/// The end (exclusive) of the kernel report that starts at `i`: the line after its
+/// `---[ end trace` marker, else the next report, at most 80 lines.
+fn report_end(lines: &[String], i: usize) -> usize {
+    let limit = (i + 80).min(lines.len());
+    for (j, l) in lines.iter().enumerate().take(limit).skip(i + 1) {
+        let b = body(l);
+        if b.contains("---[ end trace") {
+            return j + 1;
+        }
+        if SPLATS.iter().any(|s| b.contains(s)) {
+            return j;
+        }
+    }
+    limit
+}
+
+/// The lines of `log` that concern the driver: its and DRM's own lines, and the kernel's
+/// reports (`BUG:`, `WARNING:`, `Oops`, KASAN, ...) as a whole when they name the driver (a
+/// backtrace frame `[aigpu]`) or one of `pids` (`PID: <pid>`); nothing else.
+pub fn filter_for(log: &KernelLog, pids: &[u32]) -> Vec<String> {
+    let lines = &log.lines;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let b = body(&lines[i]);
+        if SPLATS.iter().any(|s| b.contains(s)) {
+            let end = report_end(lines, i);
+            let block = &lines[i..end];
+            let ours = block.iter().any(|l| {
+                let lb = body(l);
+                lb.contains("[aigpu]")
+                    || lb.to_ascii_lowercase().contains("aigpu")
+                    || pids.iter().any(|p| lb.contains(&format!("PID: {p} ")))
+            });
+            if ours {
+                out.extend(block.iter().cloned());
+            }
+            i = end;
+            continue;
+        }
+        if relevant(&lines[i]) {
+            out.push(lines[i].clone());
+        }
+        i += 1;
+    }
+    out
 }
 
 /// The driver's leak report. `pr_err!` in a Rust module prefixes the module name
@@ -167,9 +207,9 @@ fn is_leak(b: &str) -> bool {
     b.strip_prefix("aigpu: ").unwrap_or(b).starts_with("LEAK:")
 }
 
-/// The lines of `log` that concern the driver.
+/// The lines of `log` that concern the driver ([`filter_for`] with no process of interest).
 pub fn filter(log: &KernelLog) -> Vec<String> {
-    log.lines.iter().filter(|l| relevant(l)).cloned().collect()
+    filter_for(log, &[])
 }
 
 /// What a kernel log line says, for the verdict.
@@ -404,5 +444,26 @@ mod tests {
         assert_eq!(loose(l, &["ctx", "context"]).as_deref(), Some("12"));
         assert_eq!(loose(l, &["va", "at"]).as_deref(), Some("0x7f0010000"));
         assert_eq!(loose(l, &["comm"]).as_deref(), Some("python"));
+    }
+
+    #[test]
+    fn filter_keeps_reports_that_name_the_driver_or_the_process_only() {
+        let l = log("[ 1.0] aigpu aigpu0: virtual AI GPU, UAPI 1.0, driver 0.1.0, 256 MiB\n[ 2.0] WARNING: CPU: 1 PID: 77 at fs/ext4/inode.c:1 ext4_thing+0x1/0x2\n[ 2.0] Call Trace:\n[ 2.0]  ext4_thing+0x1/0x2\n[ 2.0] ---[ end trace 0000000000000000 ]---\n[ 3.0] BUG: KASAN: use-after-free in foo+0x1/0x2\n[ 3.0] CPU: 0 PID: 4411 Comm: python\n[ 3.0] Call Trace:\n[ 3.0]  foo+0x1/0x2\n[ 3.0] ---[ end trace 0000000000000001 ]---\n[ 4.0] usbcore: registered new interface driver usbfs\n");
+        assert_eq!(
+            filter_for(&l, &[4411]),
+            vec![
+                "[ 1.0] aigpu aigpu0: virtual AI GPU, UAPI 1.0, driver 0.1.0, 256 MiB",
+                "[ 3.0] BUG: KASAN: use-after-free in foo+0x1/0x2",
+                "[ 3.0] CPU: 0 PID: 4411 Comm: python",
+                "[ 3.0] Call Trace:",
+                "[ 3.0]  foo+0x1/0x2",
+                "[ 3.0] ---[ end trace 0000000000000001 ]---",
+            ]
+        );
+        assert_eq!(
+            filter(&l).len(),
+            1,
+            "the host's WARNING is not the driver's"
+        );
     }
 }

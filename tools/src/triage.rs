@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub logs: LogSet,
     /// `lspci -k` (live only, where installed).
     pub lspci: Option<String>,
+    /// Pending aigpu devcoredumps (collected, not dismissed).
+    pub devcoredumps: Vec<crate::devcoredump::PendingDump>,
 }
 
 /// What to collect from where.
@@ -112,6 +114,7 @@ pub fn collect(opts: Options) -> Snapshot {
     let dmesg = dmesg::read_dmesg(&host, &mut notes);
     let journal = dmesg::read_journal(&host, &mut notes);
     let holders = system::holders(&host, &mut notes);
+    let devcoredumps = crate::devcoredump::scan(&host, &mut notes);
     let env = system::umd_env(opts.env.iter().cloned());
     let log_dirs = if opts.log_dirs.is_empty() {
         let get = |k: &str| {
@@ -176,6 +179,7 @@ pub fn collect(opts: Options) -> Snapshot {
         log_dirs,
         logs,
         lspci,
+        devcoredumps,
         notes,
         host,
     }
@@ -256,6 +260,9 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
         );
     }
     f.push(("system.txt".into(), system));
+    for d in &s.devcoredumps {
+        f.push((format!("devcoredump/{}.txt", d.name), d.dump.text.clone()));
+    }
     let m = &s.ks.module;
     let mut module = format!(
         "/sys/module/aigpu: {}\n",
@@ -341,7 +348,10 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
         f.push(("debugfs/NOT-READ.txt".into(), format!("{w}\n")));
     }
     match &s.dmesg {
-        Some(l) => f.push(("dmesg-aigpu.txt".into(), lines(&dmesg::filter(l)))),
+        Some(l) => f.push((
+            "dmesg-aigpu.txt".into(),
+            lines(&dmesg::filter_for(l, &log_pids(s))),
+        )),
         None => f.push((
             "dmesg-aigpu.txt".into(),
             "(not read: see not-read.txt)\n".into(),
@@ -350,7 +360,7 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
     if let Some(l) = &s.journal {
         f.push((
             "journal-previous-boot-aigpu.txt".into(),
-            lines(&dmesg::filter(l)),
+            lines(&dmesg::filter_for(l, &log_pids(s))),
         ));
     }
     f.push((
@@ -373,14 +383,7 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
                 .collect()
         },
     ));
-    f.push((
-        "environment.txt".into(),
-        if s.env.is_empty() {
-            "no UMD_*, AIGPU_* or loader variables set\n".into()
-        } else {
-            s.env.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
-        },
-    ));
+    f.push(("environment.txt".into(), environment_text(s)));
     f.push(("umd-smi.txt".into(), smi::render_text(&s.view)));
     f.push((
         "umd-smi.json".into(),
@@ -408,6 +411,42 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
         format!("{:#}\n", verdict::render_json(v)),
     ));
     f
+}
+
+/// The processes whose libumd logs were read (their kernel reports belong to the snapshot).
+fn log_pids(s: &Snapshot) -> Vec<u32> {
+    let mut v: Vec<u32> = s.logs.recs.iter().filter_map(|r| r.pid).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `environment.txt`: the variables of triage's own shell, then each logged process's own
+/// (from its `process start` record: what it ran with, which is what matters).
+fn environment_text(s: &Snapshot) -> String {
+    let mut out = String::from("this shell (umd-smi triage):\n");
+    if s.env.is_empty() {
+        out += "  no UMD_*, AIGPU_* or loader variables set\n";
+    }
+    for (k, v) in &s.env {
+        out += &format!("  {k}={v}\n");
+    }
+    for p in crate::umdlog::facts::processes(&s.logs) {
+        if let Some((crate::umdlog::facts::Fact::Start { env, .. }, r)) = p.start() {
+            out += &format!(
+                "pid {} (its process start record, {}):\n",
+                p.pid.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
+                r.src
+            );
+            if env.is_empty() {
+                out += "  no UMD_* variables set\n";
+            }
+            for (k, v) in env {
+                out += &format!("  {k}={v}\n");
+            }
+        }
+    }
+    out
 }
 
 fn lines(v: &[String]) -> String {

@@ -1,4 +1,4 @@
-//! libumd's fact records as typed values (docs/logging.md, "Fact records"; docs/tools.md,
+//! libumd's fact records as typed values (docs/tools.md, "Fact records" and
 //! "Fields the verdict reads"): what the verdict and `umd-log` decide on. A record is a fact by
 //! its `event` field, its result `code`, or (the backend's records, which carry no `event` yet)
 //! its module and the fields it has; never by the words of its message.

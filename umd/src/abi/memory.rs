@@ -238,7 +238,7 @@ pub extern "C" fn umdMemAllocEx(
 
 /// On an out-of-memory failure, the `oom` record: what each context of the device holds
 /// (`holders`: `ctx:bytes` by size, largest first), so the reader sees who has the memory, not
-/// only who was refused it (docs/logging.md, "Fact records").
+/// only who was refused it (docs/tools.md, "Fact records").
 #[cold]
 fn said_oom<T>(
     ctx: &crate::context::Context,

@@ -1,4 +1,4 @@
-//! The process's own story in its log (docs/logging.md, "The process's story"): one
+//! The process's own story in its log (docs/tools.md, "The process's story"): one
 //! `process start` record with the effective settings and where each came from, and one
 //! `process exit` record with how the process ended and what was still live.
 //!
