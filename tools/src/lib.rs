@@ -4,8 +4,10 @@
 
 pub mod cli;
 pub mod debugfs;
+pub mod devcoredump;
 pub mod dmesg;
 pub mod exporter;
+pub mod fdinfo;
 pub mod host;
 pub mod kv;
 pub mod modinfo;

@@ -74,6 +74,8 @@ pub struct DeviceView {
     pub debugfs: Option<DebugfsDevice>,
     /// Why debugfs details are missing.
     pub debugfs_why: Option<String>,
+    /// Without debugfs: this user's clients of the device, from fdinfo.
+    pub fdinfo: Vec<crate::fdinfo::FdClient>,
 }
 
 impl DeviceView {
@@ -159,6 +161,8 @@ pub struct KernelScan {
     pub debugfs: Debugfs,
     /// `/sys/module/aigpu`.
     pub module: system::ModuleState,
+    /// The aigpu files whose fdinfo this user can read.
+    pub fdinfo: Vec<crate::fdinfo::FdClient>,
 }
 
 /// Reads the kernel side.
@@ -178,12 +182,15 @@ pub fn scan(host: &Host, ids: &system::Ids, notes: &mut Notes) -> KernelScan {
     }
     let module = system::module_state(host, notes);
     let debugfs = debugfs::scan(host, notes);
+    // (Who holds the device is noted by triage, which lists the holders itself.)
+    let fdinfo = crate::fdinfo::clients(host, &system::holders(host, &mut Notes::default()));
     KernelScan {
         probe,
         drm,
         nodes,
         debugfs,
         module,
+        fdinfo,
     }
 }
 
@@ -207,6 +214,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             query,
             debugfs: None,
             debugfs_why: None,
+            fdinfo: Vec::new(),
         })
     };
     // 1. The nodes libumd's probe accepts.
@@ -289,11 +297,18 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
                 query: None,
                 debugfs: Some(d.clone()),
                 debugfs_why: None,
+                fdinfo: Vec::new(),
             }),
         }
     }
     for v in &mut devs {
         if v.debugfs.is_none() {
+            v.fdinfo = ks
+                .fdinfo
+                .iter()
+                .filter(|c| v.node.as_deref() == Some(c.holder.target.as_str()))
+                .cloned()
+                .collect();
             v.debugfs_why = Some(why.clone().unwrap_or_else(|| {
                 format!(
                     "no aigpu directory in /sys/kernel/debug/dri names {}",
@@ -483,6 +498,7 @@ impl SimSession {
                 query: f.query().ok().map(|q| QueryInfo::from(&q)),
                 debugfs: Some(d),
                 debugfs_why: None,
+                fdinfo: Vec::new(),
             });
         }
         SmiView {
@@ -666,7 +682,7 @@ fn device_text(d: &DeviceView) -> String {
             "  queues, clients, contexts: not shown: {}\n",
             d.debugfs_why.as_deref().unwrap_or("debugfs not read")
         );
-        return out;
+        return out + &crate::fdinfo::render_text(&d.fdinfo);
     };
     // A lost device's registers do not answer (they read all ones): say so instead of printing
     // the raw values as if they were a state and a job.
@@ -813,6 +829,14 @@ pub fn render_json(v: &SmiView) -> Value {
 }
 
 fn device_json(d: &DeviceView) -> Value {
+    let mut v = device_json_base(d);
+    if !d.fdinfo.is_empty() {
+        v["fdinfo_clients"] = crate::fdinfo::to_json(&d.fdinfo);
+    }
+    v
+}
+
+fn device_json_base(d: &DeviceView) -> Value {
     let dfs = d.debugfs.as_ref();
     let list = |f: fn(&DebugfsDevice) -> &Vec<Kv>| -> Value {
         match dfs {

@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub logs: LogSet,
     /// `lspci -k` (live only, where installed).
     pub lspci: Option<String>,
+    /// Pending aigpu devcoredumps (collected, not dismissed).
+    pub devcoredumps: Vec<crate::devcoredump::PendingDump>,
 }
 
 /// What to collect from where.
@@ -112,6 +114,7 @@ pub fn collect(opts: Options) -> Snapshot {
     let dmesg = dmesg::read_dmesg(&host, &mut notes);
     let journal = dmesg::read_journal(&host, &mut notes);
     let holders = system::holders(&host, &mut notes);
+    let devcoredumps = crate::devcoredump::scan(&host, &mut notes);
     let env = system::umd_env(opts.env.iter().cloned());
     let log_dirs = if opts.log_dirs.is_empty() {
         let get = |k: &str| {
@@ -176,6 +179,7 @@ pub fn collect(opts: Options) -> Snapshot {
         log_dirs,
         logs,
         lspci,
+        devcoredumps,
         notes,
         host,
     }
@@ -256,6 +260,9 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
         );
     }
     f.push(("system.txt".into(), system));
+    for d in &s.devcoredumps {
+        f.push((format!("devcoredump/{}.txt", d.name), d.dump.text.clone()));
+    }
     let m = &s.ks.module;
     let mut module = format!(
         "/sys/module/aigpu: {}\n",
