@@ -57,11 +57,17 @@ struct Slot<T> {
     obj: Option<Arc<T>>,
 }
 
-/// A table of objects of one kind.
+/// The slots and the free list, under one lock.
+struct Slots<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<usize>,
+}
+
+/// A table of objects of one kind. Every call takes its lock once (a lookup the read lock, an
+/// insert or remove the write lock); errors are built only on the failure path.
 pub struct Table<T> {
     kind: Kind,
-    slots: RwLock<Vec<Slot<T>>>,
-    free: std::sync::Mutex<Vec<usize>>,
+    inner: RwLock<Slots<T>>,
 }
 
 impl<T> Table<T> {
@@ -69,27 +75,28 @@ impl<T> Table<T> {
     pub const fn new(kind: Kind) -> Self {
         Table {
             kind,
-            slots: RwLock::new(Vec::new()),
-            free: std::sync::Mutex::new(Vec::new()),
+            inner: RwLock::new(Slots {
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
         }
     }
 
     /// Stores `obj` and returns its new handle.
     pub fn insert(&self, obj: Arc<T>) -> u64 {
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
-        let reuse = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let index = match reuse {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let index = match g.free.pop() {
             Some(i) => i,
             None => {
-                slots.push(Slot {
+                g.slots.push(Slot {
                     gen: 1,
                     fork_gen: 0,
                     obj: None,
                 });
-                slots.len() - 1
+                g.slots.len() - 1
             }
         };
-        let slot = &mut slots[index];
+        let slot = &mut g.slots[index];
         slot.obj = Some(obj);
         slot.fork_gen = crate::fork::generation();
         pack(self.kind, slot.gen, index)
@@ -97,40 +104,24 @@ impl<T> Table<T> {
 
     /// Looks `handle` up, with a precise error when it is not a live handle of this kind.
     pub fn get(&self, handle: u64) -> Result<Arc<T>, UmdError> {
-        let index = self.check(handle)?;
-        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        let slot = &slots[index];
-        let gen = (handle >> 32) & GEN_MASK;
-        match &slot.obj {
-            Some(_) if slot.gen == gen && slot.fork_gen != crate::fork::generation() => {
-                Err(self.inherited(handle))
-            }
-            Some(o) if slot.gen == gen => Ok(o.clone()),
-            _ if gen < slot.gen => Err(self.err(handle, "was destroyed")),
-            _ => Err(self.err(
-                handle,
-                "was never valid (no object was ever created with it)",
-            )),
+        self.check_tag(handle)?;
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        match self.live_slot(&g.slots, handle) {
+            Ok(index) => match &g.slots[index].obj {
+                Some(o) => Ok(o.clone()),
+                None => Err(self.err(handle, "was destroyed")),
+            },
+            Err(e) => Err(e),
         }
     }
 
     /// Removes the object behind `handle` (its handle becomes "destroyed").
     pub fn remove(&self, handle: u64) -> Result<Arc<T>, UmdError> {
-        let index = self.check(handle)?;
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
-        let slot = &mut slots[index];
-        let gen = (handle >> 32) & GEN_MASK;
-        if slot.gen == gen && slot.obj.is_some() && slot.fork_gen != crate::fork::generation() {
-            // Never destroyed from the child: that would act on the parent's objects.
-            return Err(self.inherited(handle));
-        }
-        if slot.gen != gen || slot.obj.is_none() {
-            drop(slots);
-            return Err(match self.get(handle) {
-                Err(e) => e,
-                Ok(_) => self.err(handle, "was destroyed"),
-            });
-        }
+        self.check_tag(handle)?;
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        // Never destroyed from a forked child: that would act on the parent's objects.
+        let index = self.live_slot(&g.slots, handle)?;
+        let slot = &mut g.slots[index];
         let obj = slot
             .obj
             .take()
@@ -139,10 +130,7 @@ impl<T> Table<T> {
         // risk a stale handle matching again.
         slot.gen += 1;
         if slot.gen <= GEN_MASK {
-            self.free
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(index);
+            g.free.push(index);
         }
         Ok(obj)
     }
@@ -150,9 +138,9 @@ impl<T> Table<T> {
     /// All live objects of this process (for teardown and reports; a forked child's copies of
     /// its parent's objects are not among them).
     pub fn live(&self) -> Vec<(u64, Arc<T>)> {
-        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let fork_gen = crate::fork::generation();
-        slots
+        g.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.fork_gen == fork_gen)
@@ -164,30 +152,49 @@ impl<T> Table<T> {
             .collect()
     }
 
-    /// Validates the tag and index of `handle`; returns the slot index.
-    fn check(&self, handle: u64) -> Result<usize, UmdError> {
-        if handle == 0 {
-            return Err(self.err(handle, "is the null handle 0"));
+    /// Validates the type tag of `handle` (no lock needed).
+    #[inline]
+    fn check_tag(&self, handle: u64) -> Result<(), UmdError> {
+        if handle != 0 && (handle >> 56) as u8 == self.kind as u8 {
+            return Ok(());
         }
-        let tag = (handle >> 56) as u8;
-        match Kind::from_tag(tag) {
-            Some(k) if k == self.kind => {}
-            Some(k) => {
-                return Err(self.err(handle, &format!("is a {} handle (wrong type)", k.c_name())));
-            }
-            None => return Err(self.err(handle, "was never valid (unknown handle type)")),
-        }
-        let index = (handle & 0xFFFF_FFFF) as usize;
-        let len = self.slots.read().unwrap_or_else(|p| p.into_inner()).len();
-        if index >= len {
-            return Err(self.err(
-                handle,
-                "was never valid (no object was ever created with it)",
-            ));
-        }
-        Ok(index)
+        Err(self.tag_err(handle))
     }
 
+    #[cold]
+    #[inline(never)]
+    fn tag_err(&self, handle: u64) -> UmdError {
+        if handle == 0 {
+            return self.err(handle, "is the null handle 0");
+        }
+        match Kind::from_tag((handle >> 56) as u8) {
+            Some(k) => self.err(handle, &format!("is a {} handle (wrong type)", k.c_name())),
+            None => self.err(handle, "was never valid (unknown handle type)"),
+        }
+    }
+
+    /// The index of the live slot `handle` names, in this process, or why not (under the
+    /// caller's lock).
+    #[inline]
+    fn live_slot(&self, slots: &[Slot<T>], handle: u64) -> Result<usize, UmdError> {
+        let index = (handle & 0xFFFF_FFFF) as usize;
+        let gen = (handle >> 32) & GEN_MASK;
+        match slots.get(index) {
+            Some(s) if s.gen == gen && s.obj.is_some() => {
+                if s.fork_gen != crate::fork::generation() {
+                    return Err(self.inherited(handle));
+                }
+                Ok(index)
+            }
+            Some(s) if gen < s.gen => Err(self.err(handle, "was destroyed")),
+            _ => Err(self.err(
+                handle,
+                "was never valid (no object was ever created with it)",
+            )),
+        }
+    }
+
+    #[cold]
     #[track_caller]
     fn inherited(&self, handle: u64) -> UmdError {
         let parent = match crate::fork::parent_pid() {
@@ -202,6 +209,7 @@ impl<T> Table<T> {
         )
     }
 
+    #[cold]
     #[track_caller]
     fn err(&self, handle: u64, what: &str) -> UmdError {
         UmdError::new(

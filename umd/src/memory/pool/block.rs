@@ -4,6 +4,7 @@
 //! neighbours (for coalescing) and, while free, to the bin of their size (for O(1) best-fit
 //! search: two bitmaps find the first non-empty bin at or above a request's class).
 
+use super::bin_of;
 use super::size_class::{bin_ceil, bin_floor, FL_COUNT};
 
 /// "No block".
@@ -273,5 +274,100 @@ impl Bins {
                 Some(cur)
             })
         })
+    }
+}
+
+/// The pool's block table: making and retiring block records, splitting a block and merging free
+/// neighbours.
+impl super::Inner {
+    pub(super) fn new_block(&mut self, b: Block) -> u32 {
+        match self.free_slots.pop() {
+            Some(id) => {
+                self.blocks[id as usize] = b;
+                self.handles[id as usize] = 0;
+                id
+            }
+            None => {
+                self.blocks.push(b);
+                self.handles.push(0);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    pub(super) fn kill_block(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        b.state = State::Dead;
+        b.uses.clear();
+        self.free_slots.push(id);
+    }
+
+    /// Splits free block `id` at `at` bytes; returns the new block (the part after `at`).
+    pub(super) fn split(&mut self, id: u32, at: u64) -> u32 {
+        let (seg, off, size, next) = {
+            let b = &self.blocks[id as usize];
+            (b.seg, b.offset, b.size, b.next)
+        };
+        let mut nb = Block::new(seg, off + at, size - at);
+        nb.prev = id;
+        nb.next = next;
+        let nid = self.new_block(nb);
+        if next != NIL {
+            self.blocks[next as usize].prev = nid;
+        }
+        let b = &mut self.blocks[id as usize];
+        b.size = at;
+        b.next = nid;
+        self.segs[seg as usize].set_head(off + at, nid);
+        let kind = self.segs[seg as usize].kind;
+        self.room(kind, [0, 0, 0, 0, 1], false);
+        self.stats.cached_count.add(kind, 1);
+        nid
+    }
+
+    /// Marks `id` free, merges it with free neighbours, bins the result; returns its id.
+    pub(super) fn coalesce_and_bin(&mut self, id: u32) -> u32 {
+        self.blocks[id as usize].state = State::Free;
+        let seg = self.blocks[id as usize].seg;
+        let (kind, ro) = {
+            let s = &self.segs[seg as usize];
+            (s.kind, s.read_only)
+        };
+        let bin = bin_of(kind, ro);
+        let mut id = id;
+        let next = self.blocks[id as usize].next;
+        if next != NIL && self.blocks[next as usize].state == State::Free {
+            self.bins[bin].remove(&mut self.blocks, next);
+            self.merge(id, next);
+        }
+        let prev = self.blocks[id as usize].prev;
+        if prev != NIL && self.blocks[prev as usize].state == State::Free {
+            self.bins[bin].remove(&mut self.blocks, prev);
+            self.merge(prev, id);
+            id = prev;
+        }
+        self.bins[bin].insert(&mut self.blocks, id);
+        let s = &self.segs[seg as usize];
+        if self.enabled && s.busy == 0 && self.blocks[id as usize].size == s.size {
+            self.list_empty(seg);
+        }
+        id
+    }
+
+    /// `a` absorbs its next neighbour `b` (both free, `b` unlinked from the bins).
+    pub(super) fn merge(&mut self, a: u32, b: u32) {
+        let (bsize, bnext, boff, seg) = {
+            let x = &self.blocks[b as usize];
+            (x.size, x.next, x.offset, x.seg)
+        };
+        self.blocks[a as usize].size += bsize;
+        self.blocks[a as usize].next = bnext;
+        if bnext != NIL {
+            self.blocks[bnext as usize].prev = a;
+        }
+        self.segs[seg as usize].clear_head(boff);
+        let kind = self.segs[seg as usize].kind;
+        self.stats.cached_count.sub(kind, 1);
+        self.kill_block(b);
     }
 }

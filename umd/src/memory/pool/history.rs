@@ -205,6 +205,45 @@ pub struct Event {
     pub site: Option<Arc<Site>>,
 }
 
+/// What the pool says about one happening; [`History`] adds the event number and the time.
+pub(crate) struct Note<'a> {
+    /// What.
+    pub kind: EventKind,
+    /// Context id (0: none).
+    pub ctx: u64,
+    /// Buffer id (0: a segment event).
+    pub buffer: u64,
+    /// GPU VA.
+    pub va: u64,
+    /// Block or segment bytes.
+    pub size: u64,
+    /// Bytes asked for (0: not a request).
+    pub requested: u64,
+    /// Small or large.
+    pub pool: super::size_class::PoolKind,
+    /// Allocation tag.
+    pub tag: Option<&'a Arc<str>>,
+    /// Call site.
+    pub site: Option<&'a Arc<Site>>,
+}
+
+impl Note<'_> {
+    /// A segment's creation or release (no context, buffer or request).
+    pub fn segment(kind: EventKind, va: u64, size: u64, pool: super::size_class::PoolKind) -> Self {
+        Note {
+            kind,
+            ctx: 0,
+            buffer: 0,
+            va,
+            size,
+            requested: 0,
+            pool,
+            tag: None,
+            site: None,
+        }
+    }
+}
+
 /// The ring.
 pub struct History {
     cap: usize,

@@ -6,9 +6,15 @@
 //! cheap: slabs keep a bitmap of block starts per 512-byte granule (a backwards scan over at most
 //! 64 words), large segments hold a handful of blocks and walk their list.
 
-use super::block::{Block, NIL};
+use super::block::{Block, State, NIL};
+use super::history::{EventKind, Note};
 use super::size_class::{PoolKind, MIN_BLOCK, SLAB_SIZE};
+use super::{bin_of, SegErr, PAGE};
 use crate::backend::HostMap;
+use crate::device::Device;
+use crate::errmap::{code_for, Op};
+use crate::error::umdResult;
+use uapi::ioctl::{VM_ACCESS_READ, VM_ACCESS_WRITE};
 
 /// One kernel object.
 pub struct Segment {
@@ -121,6 +127,196 @@ impl Segment {
             }
             w -= 1;
             word = self.heads[w];
+        }
+    }
+}
+
+/// A segment's life in the pool: created with its kernel object and VA, listed, released when
+/// empty (least recently emptied first) or at teardown.
+impl super::Inner {
+    pub(super) fn new_segment(
+        &mut self,
+        dev: &Device,
+        kind: PoolKind,
+        ro: bool,
+        size: u64,
+        align: u64,
+    ) -> Result<u32, SegErr> {
+        self.stats.num_kernel_calls += 1;
+        let gem = match dev.backend.gem_create(size) {
+            Ok(g) => g,
+            Err(e) if code_for(Op::Memory, &e) == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => {
+                return Err(SegErr::Oom(Some(e), format!("GEM create of {size} bytes")))
+            }
+            Err(e) => {
+                return Err(SegErr::Other(dev.fail(
+                    Op::Memory,
+                    e,
+                    &format!("GEM create of {size} bytes"),
+                )))
+            }
+        };
+        self.stats.num_kernel_allocs += 1;
+        let va = dev
+            .va
+            .lock()
+            .ok()
+            .and_then(|mut v| v.alloc(size, align.max(PAGE)));
+        let Some(va) = va else {
+            self.close_gem(dev, gem);
+            return Err(SegErr::Oom(
+                None,
+                format!("GPU virtual address space exhausted for {size} bytes"),
+            ));
+        };
+        let access = if ro {
+            VM_ACCESS_READ
+        } else {
+            VM_ACCESS_READ | VM_ACCESS_WRITE
+        };
+        self.stats.num_kernel_calls += 1;
+        if let Err(e) = dev.backend.vm_bind(gem, va, 0, size, access) {
+            if let Ok(mut v) = dev.va.lock() {
+                v.free(va, size);
+            }
+            self.close_gem(dev, gem);
+            let what = format!("VM bind of {size} bytes at {va:#x}");
+            return Err(
+                if code_for(Op::Memory, &e) == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY {
+                    SegErr::Oom(Some(e), what)
+                } else {
+                    SegErr::Other(dev.fail(Op::Memory, e, &what))
+                },
+            );
+        }
+        let seg_id = match self.free_segs.last() {
+            Some(&s) => s,
+            None => self.segs.len() as u32,
+        };
+        let first = self.new_block(Block::new(seg_id, 0, size));
+        let seg = Segment::new(gem, va, size, kind, ro, first);
+        if self.free_segs.pop().is_some() {
+            self.segs[seg_id as usize] = seg;
+        } else {
+            self.segs.push(seg);
+        }
+        self.index.insert(va, seg_id);
+        self.bins[bin_of(kind, ro)].insert(&mut self.blocks, first);
+        self.room(kind, [0, 0, 0, size, 1], false);
+        let st = &mut self.stats;
+        st.reserved_bytes.add(kind, size);
+        st.cached_bytes.add(kind, size);
+        st.segment_count.add(kind, 1);
+        st.cached_count.add(kind, 1);
+        self.event(Note::segment(EventKind::SegmentAlloc, va, size, kind));
+        tracing::debug!(
+            device = dev.id,
+            gem,
+            va,
+            size,
+            pool = kind.name(),
+            "pool: segment created"
+        );
+        Ok(seg_id)
+    }
+
+    pub(super) fn close_gem(&mut self, dev: &Device, gem: u32) {
+        self.stats.num_kernel_calls += 1;
+        self.stats.num_kernel_frees += 1;
+        let _ = dev.backend.gem_close(gem);
+    }
+
+    /// Gives an empty segment back to the kernel.
+    pub(super) fn release_segment(&mut self, dev: &Device, seg: u32) {
+        let (gem, va, size, kind, ro, first, host) = {
+            let s = &mut self.segs[seg as usize];
+            s.alive = false;
+            (
+                s.gem,
+                s.va,
+                s.size,
+                s.kind,
+                s.read_only,
+                s.first,
+                s.host.take(),
+            )
+        };
+        self.bins[bin_of(kind, ro)].remove(&mut self.blocks, first);
+        self.kill_block(first);
+        if let Some(m) = host {
+            self.stats.num_kernel_calls += 1;
+            let _ = dev.backend.gem_munmap(m);
+        }
+        if !dev.is_lost() {
+            self.stats.num_kernel_calls += 1;
+            let _ = dev.backend.vm_unbind(va, size);
+        }
+        if let Ok(mut v) = dev.va.lock() {
+            v.free(va, size);
+        }
+        self.close_gem(dev, gem);
+        self.index.remove(&va);
+        self.free_segs.push(seg);
+        let st = &mut self.stats;
+        st.reserved_bytes.sub(kind, size);
+        st.cached_bytes.sub(kind, size);
+        st.segment_count.sub(kind, 1);
+        st.cached_count.sub(kind, 1);
+        st.num_segments_released += 1;
+        self.event(Note::segment(EventKind::SegmentRelease, va, size, kind));
+        tracing::debug!(
+            device = dev.id,
+            gem,
+            va,
+            size,
+            pool = kind.name(),
+            "pool: segment released"
+        );
+    }
+
+    /// Releases empty segments, least recently emptied first, until at most `keep` bytes are
+    /// cached. Returns the bytes released.
+    pub(super) fn release_empty(&mut self, dev: &Device, keep: u64) -> u64 {
+        let mut released = 0;
+        if self.stats.cached_bytes.all().current > keep {
+            // Cached blocks back to the bins, budgets back to the gauges: `current` is true.
+            self.flush_caches();
+            self.revoke_all(true);
+            self.flush_all_quick();
+        }
+        while self.stats.cached_bytes.all().current > keep {
+            let Some((seg, epoch)) = self.empty.pop_front() else {
+                break;
+            };
+            self.segs[seg as usize].listed = false;
+            let s = &self.segs[seg as usize];
+            let first = &self.blocks[s.first as usize];
+            if !s.alive
+                || s.epoch != epoch
+                || s.busy != 0
+                || first.state != State::Free
+                || first.size != s.size
+            {
+                continue;
+            }
+            released += s.size;
+            self.release_segment(dev, seg);
+        }
+        released
+    }
+
+    /// Lists `seg` as empty (once per emptiness).
+    pub(super) fn list_empty(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        if !s.listed {
+            s.listed = true;
+            self.empty.push_back((seg, s.epoch));
+            if self.empty.len() > 2 * self.segs.len() + 16 {
+                // Drop stale entries (segments that were reused since they were listed).
+                let segs = &self.segs;
+                self.empty
+                    .retain(|&(g, e)| segs[g as usize].alive && segs[g as usize].epoch == e);
+            }
         }
     }
 }

@@ -1,0 +1,111 @@
+//! What is at an address: the live buffer, an interior address, a freed buffer (its ghost), or
+//! nothing of this pool (free by address, submit validation's messages).
+
+use super::*;
+
+impl Pool {
+    /// What `va` is (free by address).
+    pub fn classify(&self, va: u64) -> AddrInfo {
+        let g = self.lock();
+        match g.lookup(va) {
+            Some(id) => {
+                let (b, ghost) = g.view(id);
+                let start = g.segs[b.seg as usize].va + b.offset;
+                match b.state {
+                    State::Live if start == va => AddrInfo::Live {
+                        buffer: b.buffer,
+                        handle: b.handle,
+                        ctx_id: b.ctx_id,
+                    },
+                    State::Live => AddrInfo::Interior {
+                        buffer: b.buffer,
+                        start,
+                        requested: b.requested,
+                    },
+                    _ => match ghost.filter(|_| start == va) {
+                        Some(gh) => AddrInfo::Freed(gh),
+                        None => match g.ghost_at(va, true) {
+                            Some(gh) => AddrInfo::Freed(gh.clone()),
+                            None => AddrInfo::Unknown { in_pool: true },
+                        },
+                    },
+                }
+            }
+            None => match g.ghost_at(va, true) {
+                Some(gh) => AddrInfo::Freed(gh.clone()),
+                None => AddrInfo::Unknown { in_pool: false },
+            },
+        }
+    }
+}
+
+impl Inner {
+    /// Block `id` as validation sees it: a delegated block's live fields and state come from its
+    /// cache slot (Live, or Free with the ghost of its last buffer).
+    pub(super) fn view(&self, id: u32) -> (BlockView, Option<Ghost>) {
+        let b = &self.blocks[id as usize];
+        let mut v = BlockView {
+            state: b.state,
+            seg: b.seg,
+            offset: b.offset,
+            buffer: b.buffer,
+            requested: b.requested,
+            ctx_id: b.ctx_id,
+            handle: self.handles.get(id as usize).copied().unwrap_or(0),
+        };
+        if b.state != State::Cached {
+            return (v, None);
+        }
+        let Some(c) = self.caches.get(b.acct as usize) else {
+            return (v, None);
+        };
+        let mut d = c.lock();
+        let ctx_id = d.ctx_id;
+        let Some(s) = d.slot_mut(b.slot, id) else {
+            return (v, None);
+        };
+        (v.buffer, v.requested, v.ctx_id, v.handle) = (s.buffer, s.requested, ctx_id, s.handle);
+        if s.live {
+            v.state = State::Live;
+            return (v, None);
+        }
+        v.state = State::Free;
+        let ghost = Ghost {
+            va: s.g.va,
+            requested: s.requested,
+            size: s.g.size,
+            buffer: s.buffer,
+            ctx_id,
+            seq: 0,
+            at_ns: s.at_ns,
+            site: None,
+        };
+        (v, Some(ghost))
+    }
+
+    /// The block containing `va`, if it lies in a segment.
+    pub(super) fn lookup(&self, va: u64) -> Option<u32> {
+        let (&start, &seg) = self.index.range(..=va).next_back()?;
+        let s = &self.segs[seg as usize];
+        if va >= start + s.size {
+            return None;
+        }
+        let id = s.block_at(&self.blocks, va - start);
+        (id != NIL).then_some(id)
+    }
+
+    /// The most recent freed buffer containing `va` (`at_start`: starting at it).
+    pub(super) fn ghost_at(&self, va: u64, at_start: bool) -> Option<&Ghost> {
+        // Newest first: the ring's slots from the last written backwards.
+        let n = self.ghosts.len();
+        (1..=n)
+            .map(|k| &self.ghosts[(self.ghost_at.wrapping_sub(k)) % n.max(1)])
+            .find(|g| {
+                if at_start {
+                    g.va == va
+                } else {
+                    va >= g.va && va < g.va + g.size
+                }
+            })
+    }
+}
