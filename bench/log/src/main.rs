@@ -10,9 +10,10 @@
 //! INFO record with ctx, code, function, two numeric fields and a message.
 //!
 //! * disabled: a DEBUG call, 50 M times, ns per call (the level is off everywhere);
-//! * enqueue latency: every call timed with rdtsc (timer overhead subtracted), 1 and 4 threads,
-//!   bursts of 200 calls with a 1 ms pause so the writer keeps up (what is measured is the
-//!   caller's cost, not a full queue); p50 / p99 / p99.9 over all calls;
+//! * enqueue latency: groups of 8 consecutive calls timed with rdtsc (timer overhead
+//!   subtracted; a sample is the group's time per call), 1 and 4 threads, bursts of 200 calls
+//!   with a 1 ms pause so the writer keeps up (what is measured is the caller's cost, not a full
+//!   queue); p50 / p99 / p99.9 over all samples;
 //! * throughput: N records from one thread as fast as they go, until the file has them all.
 //!
 //! Each figure is the median over R repeats; spdlog runs after libumd, in a child process, so the
@@ -88,23 +89,25 @@ fn latency(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
                 let mut v = Vec::with_capacity(per as usize);
                 let mut i = 0u32;
                 while i < per {
-                    for _ in 0..200 {
+                    for _ in 0..200 / GROUP {
                         if i >= per {
                             break;
                         }
                         let a = ticks();
-                        tracing::info!(
-                            ctx = 7u64,
-                            code = "UMD_SUCCESS",
-                            function = "umdMemAlloc",
-                            bytes = 4096u64,
-                            va = i as u64,
-                            t,
-                            "buffer allocated"
-                        );
+                        for g in 0..GROUP {
+                            tracing::info!(
+                                ctx = 7u64,
+                                code = "UMD_SUCCESS",
+                                function = "umdMemAlloc",
+                                bytes = 4096u64,
+                                va = (i + g) as u64,
+                                t,
+                                "buffer allocated"
+                            );
+                        }
                         let b = ticks();
                         v.push((b - a).saturating_sub(ovh));
-                        i += 1;
+                        i += GROUP;
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -123,8 +126,12 @@ fn latency(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
 
 fn pct(v: &[u64], p: f64, tpn: f64) -> f64 {
     let i = ((p * v.len() as f64) as usize).min(v.len() - 1);
-    v[i] as f64 / tpn
+    v[i] as f64 / tpn / GROUP as f64
 }
+
+/// Calls timed together: this VM's TSC advances in steps of about 40 ns, too coarse for one
+/// call; a latency sample is a group's time per call.
+const GROUP: u32 = 8;
 
 fn throughput(records: u64) -> f64 {
     let t0 = Instant::now();
@@ -325,7 +332,7 @@ fn main() {
         "-"
     );
     let names = ["p50", "p99", "p99.9"];
-    let targets = ["<= 0.5 x spdlog", "<= 1000 ns", ""];
+    let targets = ["<= 0.15 x spdlog", "", "<= 1000 ns"];
     for k in 0..3 {
         row(
             &format!("enqueue 1 thread {}", names[k]),
@@ -349,7 +356,7 @@ fn main() {
         ours.throughput,
         t.map(|t| t.throughput),
         "records/s",
-        ">= 1000000",
+        ">= 2000000",
     );
     if t.is_none() {
         println!("\n(spdlog not run: pass --spdlog PATH; bench/log/run.sh builds it)");

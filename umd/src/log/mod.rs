@@ -27,6 +27,7 @@ pub mod config;
 mod console;
 pub mod filter;
 pub mod format;
+mod lane;
 pub mod limit;
 pub mod record;
 pub mod ring;
@@ -116,28 +117,46 @@ struct Pipeline {
     overflow: Overflow,
     error_flush: Duration,
     capacity: usize,
+    /// Bytes of each thread's lane.
+    lane_bytes: usize,
+}
+
+/// Per-thread state, one TLS access per log call (which matters in a cdylib, where TLS goes
+/// through `__tls_get_addr`): `bits` holds bits 0..32 the cached OS thread id (0: not yet),
+/// `BUSY` while this thread is inside the subscriber, `WRITER` on the writer thread; `lane` is
+/// the thread's record buffer (null: none yet, or given back at thread exit).
+struct Me {
+    bits: Cell<u64>,
+    lane: Cell<*const lane::Lane>,
 }
 
 thread_local! {
-    /// Per-thread state in one word (one TLS access per log call, which matters in a cdylib
-    /// where TLS goes through `__tls_get_addr`): bits 0..32 the cached OS thread id (0: not yet),
-    /// `BUSY` while this thread is inside the subscriber, `WRITER` on the writer thread.
-    static ME: Cell<u64> = const { Cell::new(0) };
+    static ME: Me = const {
+        Me {
+            bits: Cell::new(0),
+            lane: Cell::new(std::ptr::null()),
+        }
+    };
 }
 const BUSY: u64 = 1 << 32;
 const WRITER: u64 = 1 << 33;
 
 /// Marks the calling thread as the writer thread (its events are handled in place).
 pub(crate) fn mark_writer_thread() {
-    let _ = ME.try_with(|c| c.set(c.get() | WRITER));
+    let _ = ME.try_with(|c| c.bits.set(c.bits.get() | WRITER));
 }
 
-/// Enters the subscriber: (thread id, on the writer thread), or None when this thread is
-/// already inside it (a log call made while formatting a log call is dropped).
+/// The calling thread no longer has a lane (its thread-local destructor gave it back).
+pub(crate) fn forget_lane() {
+    let _ = ME.try_with(|c| c.lane.set(std::ptr::null()));
+}
+
+/// Enters the subscriber: (thread id, on the writer thread, the thread's lane), or None when
+/// this thread is already inside it (a log call made while formatting a log call is dropped).
 #[inline]
-fn enter() -> Option<(u32, bool)> {
+fn enter() -> Option<(u32, bool, *const lane::Lane)> {
     ME.try_with(|c| {
-        let v = c.get();
+        let v = c.bits.get();
         if v & BUSY != 0 {
             return None;
         }
@@ -145,8 +164,8 @@ fn enter() -> Option<(u32, bool)> {
             0 => crate::error::detail::thread_id() as u32,
             t => t,
         };
-        c.set((v & WRITER) | BUSY | tid as u64);
-        Some((tid, v & WRITER != 0))
+        c.bits.set((v & WRITER) | BUSY | tid as u64);
+        Some((tid, v & WRITER != 0, c.lane.get()))
     })
     .ok()
     .flatten()
@@ -239,6 +258,7 @@ fn start(cfg: &Config) -> bool {
                 overflow: cfg.overflow,
                 error_flush: cfg.error_flush,
                 capacity: cfg.queue,
+                lane_bytes: lane::bytes_for(cfg.queue),
             });
             if let Ok(mut j) = p.join.lock() {
                 *j = Some(h);
@@ -273,7 +293,11 @@ fn start(cfg: &Config) -> bool {
 /// `umd-<child pid>.log`. Only atomics and thread-local cells are touched here.
 extern "C" fn after_fork_child() {
     PIPE.store(std::ptr::null_mut(), Ordering::Release);
-    let _ = ME.try_with(|c| c.set(0));
+    lane::forget_all();
+    let _ = ME.try_with(|c| {
+        c.bits.set(0);
+        c.lane.set(std::ptr::null());
+    });
     if STATE.load(Ordering::Acquire) != SHUTDOWN {
         STATE.store(UNINIT, Ordering::Release);
     }
@@ -532,7 +556,7 @@ pub fn stats() -> StatsSnapshot {
         flush_timeouts: STATS.flush_timeouts.load(Ordering::Relaxed),
         ring_records: ring::records_written(),
         blackbox_dumps: ring::dumps(),
-        queued: p.map(|p| p.tx.len() as u64).unwrap_or(0),
+        queued: p.map(|p| p.tx.len() as u64 + lane::queued()).unwrap_or(0),
         queue_capacity: p.map(|p| p.capacity as u64).unwrap_or(0),
         file_ok: STATS.file_ok.load(Ordering::Relaxed),
     }
@@ -558,7 +582,7 @@ impl UmdSubscriber {
 struct Busy;
 impl Drop for Busy {
     fn drop(&mut self) {
-        let _ = ME.try_with(|c| c.set(c.get() & !BUSY));
+        let _ = ME.try_with(|c| c.bits.set(c.bits.get() & !BUSY));
     }
 }
 
@@ -594,11 +618,11 @@ impl Subscriber for UmdSubscriber {
 
     fn event(&self, event: &Event<'_>) {
         // A log call made while formatting a log call (a Debug impl that logs) is dropped.
-        let Some((tid, writer)) = enter() else {
+        let Some((tid, writer, lane)) = enter() else {
             return;
         };
         let _busy = Busy;
-        on_event(event, tid, writer);
+        on_event(event, tid, writer, lane);
     }
 }
 
@@ -616,8 +640,12 @@ fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
     ring::push(&line[..n]);
 }
 
+/// Inline bytes of the caller's packed record (on its stack; only the used bytes are copied into
+/// the lane).
+const LANE_INLINE: usize = 232;
+
 #[inline]
-fn on_event(event: &Event<'_>, tid: u32, on_writer: bool) {
+fn on_event(event: &Event<'_>, tid: u32, on_writer: bool, lane: *const lane::Lane) {
     let meta = event.metadata();
     let level = *meta.level();
     // WARN and worse read CLOCK_MONOTONIC so the ring and the sinks show the same mono ns;
@@ -629,10 +657,10 @@ fn on_event(event: &Event<'_>, tid: u32, on_writer: bool) {
     } else {
         clock::stamp()
     };
-    let mut r = Packed::new(meta, stamp, tid);
+    let mut r = Packed::<LANE_INLINE>::new(meta, stamp, tid);
     event.record(&mut r);
     if on_writer {
-        writer::push_local(r);
+        writer::push_local(r.to_queued());
         return;
     }
     let p = match pipeline() {
@@ -649,10 +677,80 @@ fn on_event(event: &Event<'_>, tid: u32, on_writer: bool) {
             }
         }
     };
-    enqueue(p, r, level == Level::ERROR);
-    if level == Level::ERROR && !p.error_flush.is_zero() {
+    let error = level == Level::ERROR;
+    // SAFETY: lanes are leaked, never freed.
+    let lane = match unsafe { lane.as_ref() } {
+        Some(l) => Some(l),
+        None => new_lane(p, tid),
+    };
+    match lane {
+        Some(l) => push_lane(p, l, &r, error),
+        None => enqueue(p, r.to_queued(), error),
+    }
+    if error && !p.error_flush.is_zero() {
         let _ = flush(p.error_flush, false);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn new_lane(p: &Pipeline, tid: u32) -> Option<&'static lane::Lane> {
+    let l = lane::claim(p.lane_bytes, tid)?;
+    let _ = ME.try_with(|c| c.lane.set(l));
+    Some(l)
+}
+
+/// Publishes `r` in the calling thread's lane; when it is full, waits or drops as the overflow
+/// policy says (every drop counted).
+#[inline]
+fn push_lane(p: &Pipeline, l: &lane::Lane, r: &Packed<LANE_INLINE>, error: bool) {
+    let kick = || p.writer.unpark();
+    match l.try_push(r, kick) {
+        lane::Push::Done => wake(p, error),
+        lane::Push::Full => lane_full(p, l, r, error),
+        lane::Push::TooLong => enqueue(p, r.to_queued(), error),
+    }
+}
+
+/// The writer parks when idle; wake it only then (no system call on a busy stream). A wake-up
+/// lost to a race costs at most one flush interval of delay, except for an ERROR, which always
+/// wakes it: the caller does not wait for its record, so the writer must write it to the file
+/// at once (docs/logging.md, "ERROR").
+#[inline]
+fn wake(p: &Pipeline, error: bool) {
+    if error || (p.sleeping.load(Ordering::Relaxed) && p.sleeping.swap(false, Ordering::AcqRel)) {
+        p.writer.unpark();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn lane_full(p: &Pipeline, l: &lane::Lane, r: &Packed<LANE_INLINE>, error: bool) {
+    p.writer.unpark();
+    // In the default drop mode nothing waits, an ERROR neither: it is already in the emergency
+    // ring (and so in any black box), and the drop is counted and said.
+    let wait = match p.overflow {
+        Overflow::Block(t) => t,
+        Overflow::Drop => Duration::ZERO,
+    };
+    if !wait.is_zero() {
+        let until = Instant::now() + wait;
+        let mut spins = 0u32;
+        loop {
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            match l.try_push(r, || {}) {
+                lane::Push::Done => return wake(p, error),
+                _ if STATE.load(Ordering::Acquire) != READY || Instant::now() >= until => break,
+                _ => p.writer.unpark(),
+            }
+        }
+    }
+    STATS.dropped.fetch_add(1, Ordering::Relaxed);
 }
 
 #[inline]

@@ -12,6 +12,9 @@ use tracing::Metadata;
 /// in `Record::extra_fields` and reported as `fields_dropped=<n>`.
 pub(crate) const MAX_FIELDS: usize = 10;
 
+/// The field whose integer value is a GPU address, written as `0x...` in text and JSON.
+pub const ADDRESS_FIELD: &str = "va";
+
 /// A field value as captured. Strings live in the record's text buffer (`Str(start, end)`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Val {
@@ -204,6 +207,18 @@ impl<const N: usize> Record<N> {
             "code" => self.code = Some(v),
             "function" => self.function = Some(v),
             name => {
+                let v = match (name, v) {
+                    // A GPU address given as an integer is written in hex, as the call sites
+                    // that format it themselves (`va = format_args!("{:#x}", ..)`) write it, so
+                    // a caller can hand over the integer and leave the formatting to the writer
+                    // (docs/logging.md, "Record format").
+                    (ADDRESS_FIELD, Val::U64(a)) => {
+                        let start = self.text.len();
+                        let _ = write!(self.text, "{a:#x}");
+                        Val::Str(start, self.text.len())
+                    }
+                    _ => v,
+                };
                 if (self.nfields as usize) < MAX_FIELDS {
                     self.fields[self.nfields as usize] = (name, v);
                     self.nfields += 1;
@@ -261,7 +276,7 @@ const T_FMT: u8 = 6;
 /// which field is the message / ctx / code / function, are looked up on the writer thread.
 /// Strings longer than 65535 bytes are cut. The buffer moves to the heap only when the record
 /// does not fit inline.
-pub struct Packed {
+pub struct Packed<const N: usize = PACKED_INLINE> {
     /// Call-site metadata.
     pub meta: &'static Metadata<'static>,
     /// CLOCK_MONOTONIC at capture, ns.
@@ -269,7 +284,7 @@ pub struct Packed {
     /// OS thread id.
     pub tid: u32,
     len: u16,
-    inline: [std::mem::MaybeUninit<u8>; PACKED_INLINE],
+    inline: [std::mem::MaybeUninit<u8>; N],
     spill: Vec<u8>,
 }
 
@@ -301,7 +316,7 @@ fn read_varint(b: &[u8], i: &mut usize) -> Option<u64> {
     }
 }
 
-impl Packed {
+impl<const N: usize> Packed<N> {
     /// An empty record (no allocation, no zeroing of the buffer).
     #[inline]
     pub fn new(meta: &'static Metadata<'static>, mono_ns: u64, tid: u32) -> Self {
@@ -310,7 +325,7 @@ impl Packed {
             mono_ns,
             tid,
             len: 0,
-            inline: [std::mem::MaybeUninit::uninit(); PACKED_INLINE],
+            inline: [std::mem::MaybeUninit::uninit(); N],
             spill: Vec::new(),
         }
     }
@@ -331,7 +346,7 @@ impl Packed {
             return;
         }
         let at = self.len as usize;
-        if at + b.len() <= PACKED_INLINE {
+        if at + b.len() <= N {
             // SAFETY: in bounds; MaybeUninit<u8> has the layout of u8.
             unsafe {
                 std::ptr::copy_nonoverlapping(
@@ -342,7 +357,7 @@ impl Packed {
             }
             self.len += b.len() as u16;
         } else {
-            let mut v = Vec::with_capacity((at + b.len()).max(4 * PACKED_INLINE));
+            let mut v = Vec::with_capacity((at + b.len()).max(4 * N));
             v.extend_from_slice(self.bytes());
             v.extend_from_slice(b);
             self.spill = v;
@@ -354,8 +369,8 @@ impl Packed {
     #[inline(always)]
     fn put_fixed<const K: usize>(&mut self, b: &[u8; K], used: usize) {
         let at = self.len as usize;
-        if self.spill.is_empty() && at + K <= PACKED_INLINE {
-            // SAFETY: at + K <= PACKED_INLINE, so the K-byte store is in bounds; MaybeUninit<u8>
+        if self.spill.is_empty() && at + K <= N {
+            // SAFETY: at + K <= N, so the K-byte store is in bounds; MaybeUninit<u8>
             // has the layout of u8 and [u8; K] has alignment 1.
             unsafe {
                 std::ptr::write_unaligned(self.inline.as_mut_ptr().add(at).cast::<[u8; K]>(), *b);
@@ -396,68 +411,86 @@ impl Packed {
         e
     }
 
-    /// Decodes into a typed record (writer thread): names from the metadata, the special
-    /// fields (`message`, `ctx`, `code`, `function`) picked out.
-    pub fn unpack<const N: usize>(&self, out: &mut Record<N>) {
-        out.mono_ns = self.mono_ns;
-        out.tid = self.tid;
-        let fields = self.meta.fields();
-        let b = self.bytes();
-        let mut i = 0;
-        while i + 2 <= b.len() {
-            let (idx, tag) = (b[i] as usize, b[i + 1]);
-            i += 2;
-            let Some(field) = fields.iter().nth(idx) else {
-                return;
-            };
-            let v = match tag {
-                T_U64 => match read_varint(b, &mut i) {
-                    Some(v) => Val::U64(v),
-                    None => return,
-                },
-                T_I64 => match read_varint(b, &mut i) {
-                    Some(z) => Val::I64(((z >> 1) as i64) ^ -((z & 1) as i64)),
-                    None => return,
-                },
-                T_F64 => {
-                    let Some(raw) = b.get(i..i + 8) else { return };
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(raw);
-                    i += 8;
-                    Val::F64(f64::from_le_bytes(a))
-                }
-                T_FALSE => Val::Bool(false),
-                T_TRUE => Val::Bool(true),
-                T_STR | T_FMT => {
-                    let n = if tag == T_STR {
-                        match read_varint(b, &mut i) {
-                            Some(n) => n as usize,
-                            None => return,
-                        }
-                    } else {
-                        let Some(l) = b.get(i..i + 2) else { return };
-                        i += 2;
-                        u16::from_le_bytes([l[0], l[1]]) as usize
-                    };
-                    let Some(sb) = b.get(i..i + n) else { return };
-                    i += n;
-                    let start = out.text.len();
-                    // SAFETY: the packed bytes of a string are a `&str` (or a prefix of one cut
-                    // at a char boundary) copied verbatim by `record_str` / `PackedWriter`.
-                    out.text.push(unsafe { std::str::from_utf8_unchecked(sb) });
-                    Val::Str(start, out.text.len())
-                }
-                _ => return,
-            };
-            out.put(&field, v);
-        }
+    /// Decodes into a typed record (writer thread).
+    pub fn unpack<const M: usize>(&self, out: &mut Record<M>) {
+        unpack(self.meta, self.mono_ns, self.tid, self.bytes(), out);
+    }
+
+    /// The same record in the shared queue's form.
+    pub fn to_queued(&self) -> Packed {
+        let mut q = Packed::new(self.meta, self.mono_ns, self.tid);
+        q.put(self.bytes());
+        q
+    }
+}
+
+/// Decodes the packed fields `b` of an event with metadata `meta` into a typed record (writer
+/// thread): names from the metadata, the special fields (`message`, `ctx`, `code`, `function`)
+/// picked out.
+pub fn unpack<const N: usize>(
+    meta: &'static Metadata<'static>,
+    stamp: u64,
+    tid: u32,
+    b: &[u8],
+    out: &mut Record<N>,
+) {
+    out.mono_ns = stamp;
+    out.tid = tid;
+    let fields = meta.fields();
+    let mut i = 0;
+    while i + 2 <= b.len() {
+        let (idx, tag) = (b[i] as usize, b[i + 1]);
+        i += 2;
+        let Some(field) = fields.iter().nth(idx) else {
+            return;
+        };
+        let v = match tag {
+            T_U64 => match read_varint(b, &mut i) {
+                Some(v) => Val::U64(v),
+                None => return,
+            },
+            T_I64 => match read_varint(b, &mut i) {
+                Some(z) => Val::I64(((z >> 1) as i64) ^ -((z & 1) as i64)),
+                None => return,
+            },
+            T_F64 => {
+                let Some(raw) = b.get(i..i + 8) else { return };
+                let mut a = [0u8; 8];
+                a.copy_from_slice(raw);
+                i += 8;
+                Val::F64(f64::from_le_bytes(a))
+            }
+            T_FALSE => Val::Bool(false),
+            T_TRUE => Val::Bool(true),
+            T_STR | T_FMT => {
+                let n = if tag == T_STR {
+                    match read_varint(b, &mut i) {
+                        Some(n) => n as usize,
+                        None => return,
+                    }
+                } else {
+                    let Some(l) = b.get(i..i + 2) else { return };
+                    i += 2;
+                    u16::from_le_bytes([l[0], l[1]]) as usize
+                };
+                let Some(sb) = b.get(i..i + n) else { return };
+                i += n;
+                let start = out.text.len();
+                // SAFETY: the packed bytes of a string are a `&str` (or a prefix of one cut
+                // at a char boundary) copied verbatim by `record_str` / `PackedWriter`.
+                out.text.push(unsafe { std::str::from_utf8_unchecked(sb) });
+                Val::Str(start, out.text.len())
+            }
+            _ => return,
+        };
+        out.put(&field, v);
     }
 }
 
 /// `fmt::Write` into a [`Packed`] (Debug / Display values).
-struct PackedWriter<'a>(&'a mut Packed, usize);
+struct PackedWriter<'a, const N: usize>(&'a mut Packed<N>, usize);
 
-impl fmt::Write for PackedWriter<'_> {
+impl<const N: usize> fmt::Write for PackedWriter<'_, N> {
     #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let room = (u16::MAX as usize).saturating_sub(self.1);
@@ -471,7 +504,7 @@ impl fmt::Write for PackedWriter<'_> {
     }
 }
 
-impl Visit for Packed {
+impl<const N: usize> Visit for Packed<N> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let e = Self::head(field, T_FMT);
         self.put_fixed(&e, 4);
@@ -485,6 +518,24 @@ impl Visit for Packed {
         let mut n = value.len().min(u16::MAX as usize);
         while !value.is_char_boundary(n) {
             n -= 1;
+        }
+        if n <= 16 {
+            // Short strings (codes, names) in one fixed-size store, without a call to memcpy.
+            let b = value.as_bytes();
+            let mut e = [0u8; 20];
+            e[..2].copy_from_slice(&Self::head(field, T_STR)[..2]);
+            e[2] = n as u8;
+            if n >= 8 {
+                e[3..11].copy_from_slice(&b[..8]);
+                e[n - 5..n + 3].copy_from_slice(&b[n - 8..n]);
+            } else if n >= 4 {
+                e[3..7].copy_from_slice(&b[..4]);
+                e[n - 1..n + 3].copy_from_slice(&b[n - 4..n]);
+            } else {
+                e[3..3 + n].copy_from_slice(&b[..n]);
+            }
+            self.put_fixed(&e, 3 + n);
+            return;
         }
         if n < 128 {
             let mut e = Self::head(field, T_STR);
@@ -539,7 +590,7 @@ mod tests {
         let fs = META.fields();
         let f = |n: &str| fs.field(n).unwrap();
         let long = "x".repeat(300);
-        let mut p = Packed::new(&META, 5, 6);
+        let mut p: Packed = Packed::new(&META, 5, 6);
         format_args!("hi {}", 1).record(&f("message"), &mut p);
         p.record_i64(&f("ctx"), -7);
         p.record_str(&f("s"), "é");
@@ -557,6 +608,72 @@ mod tests {
         assert_eq!(r.kvs()[2], ("b", Val::Bool(true)));
         assert_eq!(r.str_of(r.kvs()[3].1), Some(long.as_str()));
         assert_eq!((r.mono_ns, r.tid), (5, 6));
+    }
+
+    /// A `va` given as an integer is written exactly as a `va` the call site formatted in hex,
+    /// in text and in JSON.
+    #[test]
+    fn an_integer_va_is_written_as_the_hex_call_sites_write_it() {
+        use tracing::field::Value;
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&META);
+        static META: Metadata<'static> = tracing::metadata!(
+            name: "t",
+            target: "t",
+            level: tracing::Level::INFO,
+            fields: &["message", "va", "size"],
+            callsite: &CS,
+            kind: tracing::metadata::Kind::EVENT,
+        );
+        let f = |n: &str| META.fields().field(n).unwrap();
+        let line = |p: &Packed, json: bool| {
+            let mut r = Record::<256>::new(&META, true);
+            p.unpack(&mut r);
+            let mut out = Vec::new();
+            if json {
+                crate::log::format::write_json(&mut out, &r, 0);
+            } else {
+                crate::log::format::write_text(&mut out, &r, 0);
+            }
+            String::from_utf8(out).unwrap()
+        };
+        let mut int: Packed = Packed::new(&META, 1, 2);
+        let mut hex: Packed = Packed::new(&META, 1, 2);
+        for p in [&mut int, &mut hex] {
+            format_args!("alloc").record(&f("message"), p);
+        }
+        int.record_u64(&f("va"), 0x20_0000);
+        format_args!("{:#x}", 0x20_0000u64).record(&f("va"), &mut hex);
+        for p in [&mut int, &mut hex] {
+            p.record_u64(&f("size"), 4096);
+        }
+        for json in [false, true] {
+            assert_eq!(line(&int, json), line(&hex, json));
+        }
+        assert!(line(&int, false).ends_with("\"alloc\" va=0x200000 size=4096\n"));
+        assert!(line(&int, true).contains("\"fields\":{\"va\":\"0x200000\",\"size\":4096}"));
+    }
+
+    #[test]
+    fn short_strings_of_every_length_round_trip() {
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&META);
+        static META: Metadata<'static> = tracing::metadata!(
+            name: "t",
+            target: "t",
+            level: tracing::Level::INFO,
+            fields: &["s"],
+            callsite: &CS,
+            kind: tracing::metadata::Kind::EVENT,
+        );
+        let all = "0123456789abcdefghij";
+        for n in 0..=all.len() {
+            let mut p: Packed = Packed::new(&META, 0, 0);
+            p.record_str(&META.fields().field("s").unwrap(), &all[..n]);
+            let mut r = Record::<64>::new(&META, true);
+            p.unpack(&mut r);
+            assert_eq!(r.str_of(r.kvs()[0].1), Some(&all[..n]));
+        }
     }
 
     #[test]

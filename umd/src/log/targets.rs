@@ -41,6 +41,7 @@ pub const MODULES: &[&str] = &[
     "umd::log::console",
     "umd::log::filter",
     "umd::log::format",
+    "umd::log::lane",
     "umd::log::limit",
     "umd::log::record",
     "umd::log::ring",

@@ -15,12 +15,14 @@
 use super::config::Config;
 use super::filter::Filter;
 use super::format::{write_record, Format};
+use super::lane::Lane;
 use super::limit::{self, ConsoleLimiter};
-use super::record::{Packed, Record};
+use super::record::{unpack, Packed, Record};
 use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
 use super::Stats;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,7 +145,27 @@ pub(super) struct Writer {
     down_announced: bool,
     /// Records lost since "down" was said.
     lost_since_announced: u64,
+    /// Records taken from the shared queue, waiting to be merged with the lanes' records.
+    pending: VecDeque<Packed>,
+    /// The lanes being drained (kept for its allocation).
+    srcs: Vec<Src>,
 }
+
+/// A lane being drained: its readable span, the next record's position and time.
+struct Src {
+    lane: &'static Lane,
+    pos: u64,
+    end: u64,
+    gone: bool,
+    /// Records read and not yet handed back to the producer.
+    unreleased: u64,
+    /// The CLOCK_MONOTONIC ns of the record at `pos`, if there is one.
+    next: Option<u64>,
+}
+
+/// Records read from a lane before its space is handed back to the producer (so a long drain
+/// does not keep a blocked producer waiting until its end).
+const RELEASE_EVERY: u64 = 256;
 
 fn now_wall() -> u64 {
     crate::error::detail::wall_ns()
@@ -184,6 +206,8 @@ impl Writer {
             shutdown_ack: None,
             down_announced: false,
             lost_since_announced: 0,
+            pending: VecDeque::new(),
+            srcs: Vec::new(),
         }
     }
 
@@ -208,8 +232,14 @@ impl Writer {
             let mut stop = false;
             while n < 4096 {
                 match self.rx.try_recv() {
-                    Ok(m) => {
+                    Ok(Msg::Rec(r)) => {
                         n += 1;
+                        self.pending.push_back(r);
+                    }
+                    Ok(m) => {
+                        // Everything logged before the request is written before it is handled
+                        // (a flush covers every lane).
+                        n += 1 + self.drain_all();
                         if !self.handle(m) {
                             stop = true;
                             break;
@@ -222,6 +252,7 @@ impl Writer {
                     }
                 }
             }
+            n += self.drain_all();
             self.write_local();
             self.write_console();
             let now = Instant::now();
@@ -247,7 +278,7 @@ impl Writer {
                 std::thread::park_timeout(Duration::from_millis(1));
             } else {
                 self.sleeping.store(true, Ordering::SeqCst);
-                if self.rx.is_empty() {
+                if self.rx.is_empty() && super::lane::queued() == 0 {
                     let wait = self.next_flush.saturating_duration_since(Instant::now());
                     std::thread::park_timeout(wait.max(Duration::from_millis(1)));
                 }
@@ -266,13 +297,7 @@ impl Writer {
     /// Returns false to stop.
     fn handle(&mut self, m: Msg) -> bool {
         match m {
-            Msg::Rec(r) => {
-                let error = *r.meta.level() == tracing::Level::ERROR;
-                self.write_record(&r);
-                if error {
-                    self.flush_file(false);
-                }
-            }
+            Msg::Rec(r) => self.write_one(r.meta, r.mono_ns, r.tid, r.bytes()),
             Msg::Flush { ack, sync } => {
                 self.settle(sync);
                 let res = match &self.file_state {
@@ -337,14 +362,109 @@ impl Writer {
         true
     }
 
-    fn write_record(&mut self, p: &Packed) {
+    /// Writes every record the lanes and the shared queue hold now, merged by time stamp (each
+    /// source is read in order, so a thread's records keep their order). Returns how many.
+    fn drain_all(&mut self) -> usize {
+        let mut src = std::mem::take(&mut self.srcs);
+        src.clear();
+        let mut l = super::lane::first();
+        while let Some(lane) = l {
+            let (pos, end, gone) = lane.span();
+            if pos != end || gone {
+                let next = lane
+                    .read(pos, end)
+                    .map(|(_, v)| self.clock.mono_ns(v.stamp));
+                src.push(Src {
+                    lane,
+                    pos,
+                    end,
+                    gone,
+                    unreleased: 0,
+                    next,
+                });
+            }
+            l = lane.next();
+        }
+        let mut n = 0;
+        loop {
+            let mut best: Option<(usize, u64)> = None;
+            for (i, s) in src.iter().enumerate() {
+                if let Some(t) = s.next {
+                    if best.is_none_or(|(_, b)| t < b) {
+                        best = Some((i, t));
+                    }
+                }
+            }
+            if let Some(q) = self.pending.front() {
+                let t = self.clock.mono_ns(q.mono_ns);
+                if best.is_none_or(|(_, b)| t < b) {
+                    best = Some((usize::MAX, t));
+                }
+            }
+            match best {
+                None => break,
+                Some((usize::MAX, _)) => {
+                    if let Some(q) = self.pending.pop_front() {
+                        self.write_one(q.meta, q.mono_ns, q.tid, q.bytes());
+                    }
+                }
+                Some((i, _)) => {
+                    let s = &mut src[i];
+                    let lane = s.lane;
+                    let Some((after, v)) = lane.read(s.pos, s.end) else {
+                        s.next = None;
+                        continue;
+                    };
+                    s.pos = after;
+                    s.unreleased += 1;
+                    s.next = lane
+                        .read(after, s.end)
+                        .map(|(_, w)| self.clock.mono_ns(w.stamp));
+                    let (release, pos, k, gone) =
+                        (s.unreleased >= RELEASE_EVERY, s.pos, s.unreleased, s.gone);
+                    self.write_one(v.meta, v.stamp, v.tid, v.body);
+                    if release {
+                        lane.consumed(pos, k, gone);
+                        src[i].unreleased = 0;
+                    }
+                }
+            }
+            n += 1;
+        }
+        for s in &src {
+            s.lane.consumed(s.pos, s.unreleased, s.gone);
+        }
+        self.srcs = src;
+        n
+    }
+
+    /// Writes one record; an ERROR reaches the file at once.
+    fn write_one(
+        &mut self,
+        meta: &'static tracing::Metadata<'static>,
+        stamp: u64,
+        tid: u32,
+        body: &[u8],
+    ) {
+        self.write_record(meta, stamp, tid, body);
+        if *meta.level() == tracing::Level::ERROR {
+            self.flush_file(false);
+        }
+    }
+
+    fn write_record(
+        &mut self,
+        meta: &'static tracing::Metadata<'static>,
+        stamp: u64,
+        tid: u32,
+        body: &[u8],
+    ) {
         let g = super::filter_gen();
         if g != self.filter_gen {
             self.filters = super::filters();
             self.filter_gen = g;
             self.route.fill((0, 0));
         }
-        let meta = p.meta;
         let key = meta as *const _ as usize;
         let slot = (key >> 4) % self.route.len();
         let bits = if self.route[slot].0 == key {
@@ -363,10 +483,10 @@ impl Writer {
         if !to_console && !to_file {
             return;
         }
-        let mono = self.clock.mono_ns(p.mono_ns);
+        let mono = self.clock.mono_ns(stamp);
         let wall = (mono as i64).saturating_add(self.offset_ns).max(0) as u64;
         self.rec.reset(meta);
-        p.unpack(&mut self.rec);
+        unpack(meta, stamp, tid, body, &mut self.rec);
         self.rec.mono_ns = mono;
         self.text.clear();
         let first = if to_file {
@@ -606,7 +726,7 @@ impl Writer {
                 return;
             }
             for r in &batch {
-                self.write_record(r);
+                self.write_record(r.meta, r.mono_ns, r.tid, r.bytes());
             }
         }
     }

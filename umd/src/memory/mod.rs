@@ -161,7 +161,7 @@ impl Buffer {
             ctx = ctx.id,
             buffer = id,
             size,
-            va = format_args!("{:#x}", g.va),
+            va = g.va,
             class = g.size,
             pool = g.kind.name(),
             hit = g.hit,
@@ -307,7 +307,7 @@ impl Drop for Buffer {
             ctx = self.ctx_id,
             buffer = self.id,
             size = self.size,
-            va = format_args!("{:#x}", self.va),
+            va = self.va,
             "free"
         );
     }
