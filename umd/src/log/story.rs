@@ -166,7 +166,6 @@ pub fn started(r: &UmdResult<Resolved>) {
             .collect::<Vec<_>>()
             .join(",");
         tracing::info!(
-            target: "umd::story",
             event = "process_start",
             backend,
             backend_src = Source::of("UMD_BACKEND").name(),
@@ -181,7 +180,6 @@ pub fn started(r: &UmdResult<Resolved>) {
         );
         for (name, var, value, default) in &settings {
             tracing::info!(
-                target: "umd::story",
                 event = "setting",
                 name,
                 value = value.as_str(),
@@ -221,7 +219,6 @@ extern "C" fn exited(status: libc::c_int, _arg: *mut libc::c_void) {
             .collect::<Vec<_>>()
             .join(",");
         tracing::info!(
-            target: "umd::story",
             event = "process_exit",
             how = "exit",
             status,
