@@ -48,7 +48,6 @@ pub const MODULES: &[&str] = &[
     "umd::log::rotate",
     "umd::log::signals",
     "umd::log::story",
-    "umd::log::story",
     "umd::log::targets",
     "umd::log::writer",
     "umd::memory",
