@@ -6,7 +6,8 @@
 //! backend's context id, which the `context created` record maps (`ctx=<umd id>
 //! kmd_ctx=<backend id>`). Everything is keyed by (process, context).
 
-use super::{value_text, LogSet, Rec, Src};
+use super::facts::{self, Fact};
+use super::{LogSet, Rec, Src};
 use crate::util::{self, Wall};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -222,7 +223,7 @@ pub fn leaks(set: &LogSet) -> LeakReport {
                 }
                 None => rep.unmatched_frees.push((r.pid, buf, r.src.clone())),
             }
-        } else if r.msg.starts_with("leak:") {
+        } else if matches!(facts::of(r), Some(Fact::Leak { .. })) {
             // libumd's leak report may know the application's call site (UMD_POOL_HISTORY).
             let site = r.field_str("site").filter(|s| !s.is_empty());
             if let (Some(site), Some((_, l))) = (&site, live.get_mut(&key)) {
@@ -368,7 +369,12 @@ pub fn is_error(r: &Rec) -> bool {
     match r.level {
         super::Level::Error => true,
         super::Level::Warn => {
-            r.code.is_some() || r.msg.starts_with("leak:") || r.msg.contains("simulator")
+            r.code.is_some()
+                || matches!(
+                    r.field_str("event").as_deref(),
+                    Some("leak" | "leak_summary" | "leak_object")
+                )
+                || r.module == "umd::backend::select"
         }
         _ => false,
     }
@@ -489,42 +495,20 @@ pub struct LastJob {
     pub ctxs: Vec<CtxJobs>,
 }
 
+/// The event a record states, from its fields ([`super::facts`]).
 fn event_kind(r: &Rec) -> Option<&'static str> {
-    let m = r.msg.as_str();
-    if m.starts_with("device lost") || (r.level == super::Level::Error && m.contains("device lost"))
-    {
-        Some("device lost")
-    } else if m.starts_with("job timeout") {
-        Some("job timeout")
-    } else if m.starts_with("GPU fault") {
-        Some("GPU fault")
-    } else {
-        None
+    match facts::of(r)? {
+        Fact::DeviceLost => Some("device lost"),
+        Fact::DevTimeout { .. } => Some("job timeout"),
+        Fact::DevFault { .. } => Some("GPU fault"),
+        _ => None,
     }
 }
 
-/// A seqno this record says has completed.
+/// A seqno this record says has completed (its `completed` field: the submit path's `wait
+/// done`, the `ctx_lost` and `ctx_destroyed` records).
 fn completed_seqno(r: &Rec) -> Option<u64> {
-    for k in ["completed", "completed_seqno", "last_completed"] {
-        if let Some(v) = r.field_u64(k) {
-            return Some(v);
-        }
-    }
-    if let Some(i) = r.msg.find("completed up to seqno ") {
-        let rest = &r.msg[i + "completed up to seqno ".len()..];
-        let n: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        if let Ok(v) = n.parse() {
-            return Some(v);
-        }
-    }
-    let m = r.msg.as_str();
-    if matches!(
-        m,
-        "wait done" | "signalled" | "fence signalled" | "job done" | "retired"
-    ) {
-        return r.field_u64("seqno");
-    }
-    None
+    r.field_u64("completed")
 }
 
 /// Finds the last submitted and last completed job of every context before a hang or device
@@ -693,24 +677,4 @@ pub fn last_job_json(set: &LogSet, lj: &LastJob) -> Value {
             "lost": c.lost.map(|i| rec_json(&set.recs[i], &m)),
         })).collect::<Vec<_>>(),
     })
-}
-
-/// The device-lost, fault, timeout and context-lost (`UMD_ERR_CTX_LOST`) records (for triage's
-/// verdict), with the libumd context.
-pub fn incidents(set: &LogSet) -> Vec<(&'static str, &Rec, Option<u64>)> {
-    let m = ctx_map(set);
-    set.recs
-        .iter()
-        .filter_map(|r| {
-            let k = event_kind(r).or_else(|| {
-                (r.code.as_deref() == Some("UMD_ERR_CTX_LOST")).then_some("context lost")
-            });
-            k.map(|k| (k, r, ctx_of(r, &m)))
-        })
-        .collect()
-}
-
-/// A field's text or `?`.
-pub fn f_or_q(r: &Rec, k: &str) -> String {
-    r.field(k).map(value_text).unwrap_or_else(|| "?".into())
 }

@@ -53,6 +53,8 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
             if Arc::ptr_eq(&cb.ctx.device, &dev) {
                 tracing::warn!(
                     ctx = cb.ctx.id,
+                    event = "leak_object",
+                    object = "command_buffer",
                     handle = format_args!("{h:#x}"),
                     "leak: command buffer not destroyed before umdDeviceClose"
                 );
@@ -71,6 +73,8 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
             if Arc::ptr_eq(&c.device, &dev) {
                 tracing::warn!(
                     ctx = c.id,
+                    event = "leak_object",
+                    object = "context",
                     "leak: context not destroyed before umdDeviceClose"
                 );
                 let _ = CONTEXTS.remove(h);
