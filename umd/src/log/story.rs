@@ -189,20 +189,25 @@ pub fn started(r: &UmdResult<Resolved>) {
                 "setting"
             );
         }
-        // SAFETY: `on_exit` registers a plain function with a null argument; glibc calls it at
-        // exit() or the return from main with the exit status.
-        unsafe {
-            on_exit(exited, std::ptr::null_mut());
-        }
+        at_exit();
     });
 }
 
-extern "C" {
-    /// glibc: like `atexit`, but the handler receives the exit status.
-    fn on_exit(
-        f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
-        arg: *mut libc::c_void,
-    ) -> libc::c_int;
+/// Registers [`exited`] with glibc's `on_exit` (declared here, inside the function, so that the
+/// C header generated from the crate does not list it).
+fn at_exit() {
+    extern "C" {
+        /// glibc: like `atexit`, but the handler receives the exit status.
+        fn on_exit(
+            f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
+            arg: *mut libc::c_void,
+        ) -> libc::c_int;
+    }
+    // SAFETY: `on_exit` registers a plain function with a null argument; glibc calls it at
+    // exit() or the return from main with the exit status.
+    unsafe {
+        on_exit(exited, std::ptr::null_mut());
+    }
 }
 
 /// The `process exit` record: how the process ended and what was still live. Runs inside
