@@ -26,7 +26,7 @@ extern "C" {
 #define AIGPU_UAPI_MAJOR 1u
 /* UAPI minor: grows when fields, ioctls or reason codes are added (1.1: AS_SLOTS_BUSY,
  * DEVICE_CTX_LIMIT). */
-#define AIGPU_UAPI_MINOR 1u
+#define AIGPU_UAPI_MINOR 2u
 /* The oldest kernel minor a user space of this version can drive (same major). */
 #define AIGPU_MIN_KERNEL_MINOR 0u
 
@@ -245,7 +245,17 @@ struct drm_aigpu_ctx_state {
 	uint64_t submitted_seqno; /* out */
 	uint32_t reason; /* out */
 	uint32_t pad; /* must be zero */
+	uint32_t ban; /* out (1.2): AIGPU_BAN_* */
+	uint32_t dep_ctx_id; /* out (1.2): with AIGPU_BAN_DEPENDENCY, the producer context */
+	uint64_t dep_seqno; /* out (1.2): with AIGPU_BAN_DEPENDENCY, the fence value waited for */
 };
+
+/* drm_aigpu_ctx_state.ban values. */
+#define AIGPU_BAN_NONE 0u
+#define AIGPU_BAN_FAULT 1u
+#define AIGPU_BAN_HANG 2u
+#define AIGPU_BAN_DEPENDENCY 3u
+#define AIGPU_BAN_DROPPED 4u
 
 #define DRM_IOCTL_AIGPU_QUERY AIGPU_IOWR(DRM_AIGPU_QUERY, struct drm_aigpu_query)
 #define DRM_IOCTL_AIGPU_GEM_CREATE AIGPU_IOWR(DRM_AIGPU_GEM_CREATE, struct drm_aigpu_gem_create)
@@ -296,6 +306,7 @@ struct drm_aigpu_ctx_state {
 #define AIGPU_REASON_OBJECT_LIMIT 32u /* too many objects or mappings on this file */
 #define AIGPU_REASON_AS_SLOTS_BUSY 33u /* every address-space slot is held by other files' work */
 #define AIGPU_REASON_DEVICE_CTX_LIMIT 34u /* the device has no context left (all 512 taken, by any files) */
+#define AIGPU_REASON_DEP_FAILED 35u /* a fence this job waits for will never signal: its producer context failed */
 
 #ifdef __cplusplus
 }

@@ -9,8 +9,10 @@
 //! - `file.rs`   — per-open-file state: the GPU address space, the contexts and the set of our
 //!                 GEM objects;
 //! - `ctx.rs`    — the context, submit and wait ioctls, command-buffer validation;
-//! - `gpu.rs`    — execution: rings, doorbells, contexts, fences, interrupt top and bottom half,
-//!                 watchdog, engine reset and innocent resubmission, device loss;
+//! - `gpu/`     — execution: contexts and clients, submission, waiting, interrupt top and bottom
+//!                 half, the watchdog, engine reset and innocent resubmission, device loss; every
+//!                 decision by the driver's rules (`rules/src/rules`, `mod rules` below), which
+//!                 the simulator backend runs too;
 //! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
 //!                 and its interrupt line (a hard `irq_work`: a self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
@@ -47,6 +49,12 @@ mod vm;
 #[path = "../vgpu/src/model/mod.rs"]
 #[allow(dead_code, unreachable_pub, clippy::all)]
 mod model;
+
+/// The driver's rules (`rules/src/rules`: submit checks, in-fences, queue and slot choice,
+/// recovery decisions, line formats), the same source the simulator backend links.
+#[path = "../rules/src/rules/mod.rs"]
+#[allow(dead_code, unreachable_pub, clippy::all)]
+mod rules;
 
 /// The shared user/kernel/hardware contract (`uapi/src/v1`), compiled into the module.
 #[path = "../uapi/src/v1/mod.rs"]

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The context and execution ioctls: CTX_CREATE / CTX_DESTROY / CTX_STATE, SUBMIT and WAIT.
 //!
-//! Argument checks and the validation of command buffers against the file's address space live
-//! here; the contexts, rings, fences and waits themselves are the device's (`gpu.rs`), shared by
-//! every file. Order of the checks, errnos and reasons are the simulator backend's
-//! (`umd/src/backend/sim/mod.rs`), so the same UMD tests pass on both.
+//! Argument checks and the reading of command buffers through the file's address space live
+//! here; the checks themselves are the driver's rules (`rules/src/rules/submit.rs`, which the
+//! simulator backend runs too), and the contexts, rings, fences and waits are the device's
+//! (`gpu/`), shared by every file.
 
 use kernel::{
     alloc::KVVec,
@@ -15,9 +15,10 @@ use kernel::{
 use crate::{
     driver::{DrmFile, RegDevice},
     ioctl::{check_flags, check_pad, fail, Fail, IoctlResult},
+    rules::{names::Priority, submit, Refusal},
     uapi::{
         ioctl::{self as u, Cmdbuf, Fence},
-        packet, reason, ring,
+        reason,
     },
     vm::Vm,
 };
@@ -25,9 +26,7 @@ use crate::{
 /// CTX_CREATE: a context with a priority; at most `MAX_CONTEXTS` per file.
 pub(crate) fn ctx_create(_dev: &RegDevice, req: &mut u::CtxCreate, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
-    if req.priority > u::PRIORITY_HIGH {
-        return Err(fail(EINVAL, reason::PRIORITY_INVALID));
-    }
+    Priority::try_from(req.priority)?;
     let f = file.inner();
     req.ctx_id = f.gpu.ctx_create(f.client, req.priority)?;
     Ok(())
@@ -98,61 +97,28 @@ fn le64(b: &[u8], at: usize) -> u64 {
     b.get(at..).and_then(|s| s.first_chunk::<8>()).map_or(0, |c| u64::from_le_bytes(*c))
 }
 
-/// Where a submit failed.
-struct Bad {
-    index: u32,
-    offset: u64,
-}
-
-/// Checks every command buffer as the simulator does: flags, alignment and size, mapped
-/// readable, every packet well formed per the decoder the device uses. Operand addresses are left
-/// to the GPU's MMU (a bad one is a page fault of this context when the work runs).
-fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), (Fail, Bad)> {
-    // The scratch buffer fits the largest command buffer that can pass the size check: one
-    // that cannot is rejected in its turn, and must not make this allocation huge first.
-    let max_words = cmdbufs
-        .iter()
-        .filter(|c| c.size <= ring::MAX_CMD_SIZE)
-        .map(|c| (c.size / 4) as usize)
-        .max()
-        .unwrap_or(0);
+/// Checks every command buffer (`rules::submit`, the simulator's checks): shape, mapped
+/// readable, every packet well formed per the decoder the device uses. Operand addresses are
+/// left to the GPU's MMU (a bad one is a page fault of this context when the work runs).
+fn validate(vm: &Vm, cmdbufs: &[Cmdbuf], hang: bool) -> Result<(), Fail> {
     let mut words = KVVec::new();
     let mut cache = vm.fetch_cache();
     for (i, cb) in cmdbufs.iter().enumerate() {
-        let bad = |r, off: u64| (fail(EINVAL, r), Bad { index: i as u32, offset: off });
-        if cb.flags != 0 {
-            return Err(bad(reason::FLAGS_UNKNOWN, 0));
-        }
-        if cb.size == 0 || cb.size % 4 != 0 || cb.va % 4 != 0 || cb.size > ring::MAX_CMD_SIZE {
-            return Err(bad(reason::CMDBUF_BAD, 0));
-        }
+        let i = i as u32;
+        submit::cmdbuf_shape(i, cb)?;
         if words.is_empty() {
             words
-                .resize(max_words, 0u32, GFP_KERNEL)
-                .map_err(|_| (fail(ENOMEM, reason::OUT_OF_MEMORY), Bad { index: i as u32, offset: 0 }))?;
+                .resize(submit::scratch_words(cmdbufs), 0u32, GFP_KERNEL)
+                .map_err(|_| Fail::from(Refusal::new(reason::OUT_OF_MEMORY).at(i)))?;
         }
         let n_words = (cb.size / 4) as usize;
         let Some(w) = words.get_mut(..n_words) else {
-            return Err(bad(reason::CMDBUF_BAD, 0));
+            return Err(Refusal::new(reason::CMDBUF_BAD).at(i).into());
         };
         if cache.read_words(cb.va, w).is_err() {
-            return Err(bad(reason::CMDBUF_NOT_MAPPED, 0));
+            return Err(Refusal::new(reason::CMDBUF_NOT_MAPPED).at(i).into());
         }
-        let mut at = 0;
-        while at < w.len() {
-            let off = at as u64 * 4;
-            let n = packet::packet_words(w[at], w.len() - at)
-                .map_err(|_| bad(reason::PACKET_MALFORMED, off))?;
-            let Some(p) = w.get(at..at + n) else {
-                return Err(bad(reason::PACKET_MALFORMED, off));
-            };
-            match packet::decode(p, hang) {
-                Ok(_) => {}
-                Err(packet::Malformed::HangDisabled) => return Err(bad(reason::PACKET_HANG_DISABLED, off)),
-                Err(_) => return Err(bad(reason::PACKET_MALFORMED, off)),
-            }
-            at += n;
-        }
+        submit::packet_stream(i, w, hang)?;
     }
     Ok(())
 }
@@ -164,13 +130,21 @@ pub(crate) fn submit(_dev: &RegDevice, req: &mut u::Submit, file: &DrmFile) -> I
     req.out_seqno = 0;
     req.bad_index = 0;
     req.bad_offset = 0;
-    check_flags(req.flags, u::SUBMIT_FLAG_NO_BLOCK)?;
-    if req.num_cmdbufs == 0 || req.num_cmdbufs > u::MAX_CMDBUFS {
-        return Err(fail(EINVAL, reason::CMDBUF_COUNT));
+    match submit_job(req, file) {
+        Ok(seqno) => {
+            req.out_seqno = seqno;
+            Ok(())
+        }
+        Err(e) => {
+            req.bad_index = e.index;
+            req.bad_offset = e.offset;
+            Err(e)
+        }
     }
-    if req.num_in_fences > u::MAX_IN_FENCES {
-        return Err(fail(EINVAL, reason::FENCE_COUNT));
-    }
+}
+
+fn submit_job(req: &u::Submit, file: &DrmFile) -> Result<u64, Fail> {
+    submit::arguments(req.flags, req.num_cmdbufs, req.num_in_fences)?;
     let cmdbufs = read_user_array(req.cmdbufs, req.num_cmdbufs, |b| Cmdbuf {
         va: le64(b, 0),
         size: le32(b, 8),
@@ -184,23 +158,9 @@ pub(crate) fn submit(_dev: &RegDevice, req: &mut u::Submit, file: &DrmFile) -> I
     let f = file.inner();
     let pt_root = {
         let vm = f.vm.lock();
-        if let Err((e, bad)) = validate(&vm, &cmdbufs, f.gpu.cfg.hang_debug) {
-            req.bad_index = bad.index;
-            req.bad_offset = bad.offset;
-            return Err(e);
-        }
+        validate(&vm, &cmdbufs, f.gpu.cfg.hang_debug)?;
         // Validation read the buffers through the tables, so the top-level table exists.
         vm.root_pa().ok_or(fail(EINVAL, reason::CMDBUF_NOT_MAPPED))?
     };
-    let mut bad_index = 0;
-    match f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, req.flags, &mut bad_index) {
-        Ok(seqno) => {
-            req.out_seqno = seqno;
-            Ok(())
-        }
-        Err(e) => {
-            req.bad_index = bad_index;
-            Err(e)
-        }
-    }
+    f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, req.flags)
 }

@@ -31,6 +31,7 @@ use crate::{
     file::AigpuFile,
     gem::{self, MemAccount},
     query,
+    rules,
     uapi::{ioctl as u, reason, version},
     vm::BindArgs,
 };
@@ -39,11 +40,28 @@ use crate::{
 pub(crate) struct Fail {
     pub(crate) err: Error,
     pub(crate) reason: u32,
+    /// Submit: the offending command buffer or in-fence (`bad_index`).
+    pub(crate) index: u32,
+    /// Submit: byte offset of the offending packet in its command buffer (`bad_offset`).
+    pub(crate) offset: u64,
 }
 
 /// Builds a [`Fail`].
 pub(crate) fn fail(err: Error, reason: u32) -> Fail {
-    Fail { err, reason }
+    Fail { err, reason, index: 0, offset: 0 }
+}
+
+/// A refusal of the driver's rules (`crate::rules::Refusal`): its errno travels with its reason,
+/// and the element and packet it names become a submit's `bad_index` / `bad_offset` (`ctx.rs`).
+impl From<crate::rules::Refusal> for Fail {
+    fn from(r: crate::rules::Refusal) -> Self {
+        Fail {
+            err: Error::from_errno(-r.errno),
+            reason: r.reason,
+            index: r.index,
+            offset: r.offset,
+        }
+    }
 }
 
 /// What an ioctl handler returns.
@@ -93,25 +111,6 @@ pub(crate) fn check_pad(pad: u32) -> IoctlResult {
 }
 
 /// Whether `v` is a multiple of the GPU page size.
-fn page_aligned(v: u64) -> bool {
-    v % version::PAGE_SIZE == 0
-}
-
-/// Validates a GPU VA range against the usable VA range: `EINVAL` + `UNALIGNED` /
-/// `VA_OUT_OF_RANGE`. Returns the end of the range.
-fn check_va_range(va: u64, size: u64) -> core::result::Result<u64, Fail> {
-    if !page_aligned(va) || !page_aligned(size) {
-        return Err(fail(EINVAL, reason::UNALIGNED));
-    }
-    let end = va
-        .checked_add(size)
-        .ok_or(fail(EINVAL, reason::VA_OUT_OF_RANGE))?;
-    if va < version::VA_START || end > version::VA_END {
-        return Err(fail(EINVAL, reason::VA_OUT_OF_RANGE));
-    }
-    Ok(end)
-}
-
 /// Builds a `drm_ioctl_desc` whose C trampoline calls `$func(dev, data, file)`, clears `reason`
 /// on entry and sets it on failure.
 macro_rules! aigpu_ioctl {
@@ -215,24 +214,7 @@ fn gem_mmap_offset(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile)
 fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
     let obj = gem::lookup(file, req.handle)?;
-    let access_all = u::VM_ACCESS_READ | u::VM_ACCESS_WRITE;
-    if req.access == 0 || req.access & !access_all != 0 {
-        return Err(fail(EINVAL, reason::ACCESS_INVALID));
-    }
-    if req.size == 0 {
-        return Err(fail(EINVAL, reason::SIZE_ZERO));
-    }
-    if !page_aligned(req.bo_offset) {
-        return Err(fail(EINVAL, reason::UNALIGNED));
-    }
-    check_va_range(req.va, req.size)?;
-    let bo_end = req
-        .bo_offset
-        .checked_add(req.size)
-        .ok_or(fail(EINVAL, reason::BO_RANGE))?;
-    if bo_end > obj.size() as u64 {
-        return Err(fail(EINVAL, reason::BO_RANGE));
-    }
+    rules::vm::bind(req.va, req.bo_offset, req.size, req.access, obj.size() as u64)?;
     let args = BindArgs {
         va: req.va,
         bo_offset: req.bo_offset,
@@ -249,10 +231,7 @@ fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult 
 /// VM unbind: remove exactly one existing mapping.
 fn vm_unbind(_dev: &RegDevice, req: &mut u::VmUnbind, file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
-    if req.size == 0 {
-        return Err(fail(EINVAL, reason::SIZE_ZERO));
-    }
-    check_va_range(req.va, req.size)?;
+    rules::vm::unbind(req.va, req.size)?;
     let f = file.inner();
     f.vm.lock().unbind(req.va, req.size)?;
     f.stats.mappings.fetch_sub(1, kernel::sync::atomic::Relaxed);

@@ -20,11 +20,15 @@ pub(crate) const CAPS: u64 = version::CAP_GEMM_I8
 pub(crate) fn query(dev: &RegDevice, req: &mut u::Query, _file: &DrmFile) -> IoctlResult {
     check_flags(req.flags, 0)?;
     let mem = &dev.mem;
+    let (uapi_major, uapi_minor) = match dev.gpu.uapi_override.load(kernel::sync::atomic::Relaxed) {
+        0 => (version::UAPI_MAJOR, version::UAPI_MINOR),
+        v => ((v >> 32) as u32, v as u32),
+    };
     *req = u::Query {
         flags: 0,
         reason: 0,
-        uapi_major: version::UAPI_MAJOR,
-        uapi_minor: version::UAPI_MINOR,
+        uapi_major,
+        uapi_minor,
         driver_major: version::DRIVER_VERSION.0,
         driver_minor: version::DRIVER_VERSION.1,
         driver_patch: version::DRIVER_VERSION.2,

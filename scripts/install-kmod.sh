@@ -3,7 +3,8 @@
 # rule (docs/kmd.md, "Installing on a server"):
 #   <destdir>/usr/src/aigpu-<version>/         packaging/kmod/dkms.conf, packaging/kmod/Makefile
 #                                              (as Makefile), Kbuild, kmd/, uapi/src/v1/,
-#                                              vgpu/src/model/ (the sources kmd/aigpu.rs includes)
+#                                              vgpu/src/model/, rules/src/rules/ (the sources
+#                                              kmd/aigpu.rs includes)
 #   <destdir>/etc/modprobe.d/aigpu.conf        packaging/kmod/aigpu.conf
 #   <destdir>/usr/lib/udev/rules.d/70-aigpu.rules   packaging/kmod/70-aigpu.rules
 #
@@ -51,6 +52,8 @@ rm -rf "$src/kmd/kconfig"
 find "$src/kmd" -type f ! -name '*.rs' ! -name Kbuild -delete
 cp -r --no-preserve=mode "$ROOT/uapi/src/v1" "$src/uapi/src/v1"
 cp -r --no-preserve=mode "$ROOT/vgpu/src/model" "$src/vgpu/src/model"
+mkdir -p "$src/rules/src"
+cp -r --no-preserve=mode "$ROOT/rules/src/rules" "$src/rules/src/rules"
 install -D -m644 "$ROOT/packaging/kmod/aigpu.conf" "$destdir/etc/modprobe.d/aigpu.conf"
 install -D -m644 "$ROOT/packaging/kmod/70-aigpu.rules" "$destdir/usr/lib/udev/rules.d/70-aigpu.rules"
 echo "install-kmod: DKMS source tree $src, $destdir/etc/modprobe.d/aigpu.conf, $destdir/usr/lib/udev/rules.d/70-aigpu.rules"

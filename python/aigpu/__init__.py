@@ -43,6 +43,7 @@ from .core import (
 from .errors import (
     ContextError,
     ContextLostError,
+    DependencyFailedError,
     DeviceError,
     DeviceLostError,
     ErrorAction,

@@ -62,6 +62,10 @@ class umdContextState(Structure):
         ("fault_offset", c_uint64),
         ("completed_seqno", c_uint64),
         ("submitted_seqno", c_uint64),
+        ("ban", c_uint32),
+        ("reserved2", c_uint32),
+        ("dep_context_id", c_uint64),
+        ("dep_seqno", c_uint64),
     ]
 
 

@@ -253,7 +253,8 @@ class Context(_Resource):
         return Fence(self, out.seqno)
 
     def state(self):
-        """umdContextState as a dict (reset_status, hung, fault_*, completed/submitted seqno)."""
+        """umdContextState as a dict (reset_status, hung, fault_*, completed/submitted seqno,
+        ban, and dep_context_id / dep_seqno for a context banned by a failed dependency)."""
         s = _struct(_lib.umdContextState)
         call("umdContextGetState", self._handle, byref(s))
         return _to_dict(s)

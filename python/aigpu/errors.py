@@ -164,6 +164,11 @@ class ContextLostError(ContextError):
     """UMD_ERR_CTX_LOST: the context faulted or hung; destroy it and create a new one."""
 
 
+class DependencyFailedError(ContextError):
+    """UMD_ERR_CTX_DEPENDENCY_FAILED: work this depends on failed, so nothing ran on its output;
+    the detail names the failed producer. Recreate the contexts of the pipeline."""
+
+
 class MemError(UmdError):
     """UMD_ERR_MEM_* (-400..-499)."""
 
@@ -196,6 +201,7 @@ _SPECIFIC = {
     Result.ERR_INVALID_HANDLE: InvalidHandleError,
     Result.ERR_DEVICE_LOST: DeviceLostError,
     Result.ERR_CTX_LOST: ContextLostError,
+    Result.ERR_CTX_DEPENDENCY_FAILED: DependencyFailedError,
     Result.ERR_MEM_OUT_OF_MEMORY: OutOfMemoryError,
     Result.ERR_SYNC_TIMEOUT: SyncTimeoutError,
 }

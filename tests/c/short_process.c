@@ -211,6 +211,15 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "fail-first") == 0) {
         umdDevice d;
         say("open", umdDeviceOpen(0, &d));
+    } else if (strcmp(mode, "open-detail") == 0) {
+        /* Open device 0: the result, and the detail when it failed (the version refusal). */
+        umdDevice d;
+        umdResult r = umdDeviceOpen(0, &d);
+        say("open", r);
+        if (r != UMD_SUCCESS)
+            say_detail("open");
+        else if (umdDeviceClose(d) != UMD_SUCCESS)
+            return 2;
     } else if (strcmp(mode, "open-alloc") == 0) {
         /* Open, create a context, allocate: each result said, the process exits 0 whatever
          * they are (the settings of the backend, the pool and the simulator are read here). */

@@ -1014,15 +1014,15 @@ static void test_page_fault(void)
 	CHECK("page-fault-dmesg-line", line != NULL, "no 'page fault: unmapped read at va=0x7f0010000 offset=24 queue=.. %s..; "
 						     "context banned' line", frag_ctx);
 	free(line);
-	line = klog_find("aigpu aigpu0: engine reset done; ", " innocent jobs resubmitted", NULL);
-	CHECK("page-fault-reset-line", line != NULL, "no 'engine reset done; N innocent jobs resubmitted' line");
+	line = klog_find("aigpu aigpu0: engine reset done; resubmitted=", " dropped=", NULL);
+	CHECK("page-fault-reset-line", line != NULL, "no 'engine reset done; resubmitted=N dropped=M' line");
 	free(line);
 	char *dump;
 	unsigned num = last_crash(&dump);
 	char pidfrag[64], ctxfrag[64];
 	snprintf(pidfrag, sizeof(pidfrag), "process pid=%d comm=exec_test client=", (int)child);
 	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%d queue=", res[6]);
-	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.1 device=aigpu0",
+	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.2 device=aigpu0",
 				     "time_wall=", "time_mono_ns=", "kind=page_fault\n", pidfrag, ctxfrag,
 				     "fault type=unmapped access=read va=0x7f0010000 offset=24 job=", "ring queue=",
 				     "job id=", " seqno=1 cmdbuf=0 va=", "packets:\n", "  +0000 FILL dst=0x40000000 size=64",
@@ -1100,8 +1100,8 @@ static void test_hang(void)
 	char *line = klog_find(frag, tail, NULL);
 	CHECK("hang-dmesg-line", line != NULL, "no '%s...%s' line", frag, tail);
 	free(line);
-	line = klog_find("aigpu aigpu0: engine reset done; ", " innocent jobs resubmitted", NULL);
-	int n_res = line ? atoi(strstr(line, "done; ") + 6) : -1;
+	line = klog_find("aigpu aigpu0: engine reset done; resubmitted=", " dropped=", NULL);
+	int n_res = line ? atoi(strstr(line, "resubmitted=") + 12) : -1;
 	CHECK("hang-reset-line-counts-innocent", line && klog_count("engine reset done; ") == resets_before + 1 && n_res >= 1,
 	      "line '%s' (resets before %d, now %d)", line ? line : "(none)", resets_before,
 	      klog_count("engine reset done; "));
@@ -1206,7 +1206,7 @@ static void test_debugfs(void)
 	free(st0);
 	char want_timeout[64];
 	snprintf(want_timeout, sizeof(want_timeout), " job_timeout_ms=%u hang_debug=1", TIMEOUT_MS);
-	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.1 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
+	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.2 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
 				   " clients=", " contexts=", " jobs=", " faults=", " hangs=", " resets=", want_timeout,
 				   NULL };
 	const char *m = missing(st, ws);

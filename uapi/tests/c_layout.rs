@@ -193,6 +193,9 @@ fn checks() -> Checks {
             submitted_seqno,
             reason,
             pad,
+            ban,
+            dep_ctx_id,
+            dep_seqno,
         ]
     );
 
@@ -245,6 +248,11 @@ fn checks() -> Checks {
     k.define("AIGPU_RESET_NONE", RESET_NONE);
     k.define("AIGPU_RESET_GUILTY", RESET_GUILTY);
     k.define("AIGPU_RESET_INNOCENT", RESET_INNOCENT);
+    k.define("AIGPU_BAN_NONE", BAN_NONE);
+    k.define("AIGPU_BAN_FAULT", BAN_FAULT);
+    k.define("AIGPU_BAN_HANG", BAN_HANG);
+    k.define("AIGPU_BAN_DEPENDENCY", BAN_DEPENDENCY);
+    k.define("AIGPU_BAN_DROPPED", BAN_DROPPED);
     k.define("AIGPU_FAULT_UNMAPPED", regs::FAULT_UNMAPPED);
     k.define("AIGPU_FAULT_PERMISSION", regs::FAULT_PERMISSION);
     k.define("AIGPU_FAULT_BAD_PTE", regs::FAULT_BAD_PTE);

@@ -43,10 +43,11 @@ fn struct_layouts() {
     layout!(Wait, 40, 8,
         ctx_id => 0, flags => 4, seqno => 8, timeout_ns => 16, completed_seqno => 24,
         reason => 32, pad => 36);
-    layout!(CtxState, 64, 8,
+    layout!(CtxState, 80, 8,
         ctx_id => 0, flags => 4, reset_status => 8, fault_type => 12, fault_va => 16,
         fault_access => 24, hung => 28, fault_offset => 32, completed_seqno => 40,
-        submitted_seqno => 48, reason => 56, pad => 60);
+        submitted_seqno => 48, reason => 56, pad => 60, ban => 64, dep_ctx_id => 68,
+        dep_seqno => 72);
     layout!(Desc, 64, 8,
         kind => 0, flags => 4, as_slot => 8, cmd_size => 12, cmd_va => 16, fence_pa => 24,
         value => 32, job_id => 40, reserved => 48);
@@ -68,7 +69,7 @@ fn ioctl_numbers() {
     assert_eq!(IOCTL_CTX_DESTROY, 0xC010_6446);
     assert_eq!(IOCTL_SUBMIT, 0xC038_6447);
     assert_eq!(IOCTL_WAIT, 0xC028_6448);
-    assert_eq!(IOCTL_CTX_STATE, 0xC040_6449);
+    assert_eq!(IOCTL_CTX_STATE, 0xC050_6449);
     let nrs = [
         NR_QUERY,
         NR_GEM_CREATE,
@@ -90,11 +91,11 @@ fn reason_codes_are_unique_and_named() {
     let values: BTreeSet<u32> = reason::ALL.iter().map(|r| r.0).collect();
     let names: BTreeSet<&str> = reason::ALL.iter().map(|r| r.1).collect();
     let texts: BTreeSet<&str> = reason::ALL.iter().map(|r| r.2).collect();
-    assert_eq!(reason::ALL.len(), 35);
-    assert_eq!(values.len(), 35, "duplicate reason value");
-    assert_eq!(names.len(), 35, "duplicate reason name");
-    assert_eq!(texts.len(), 35, "duplicate reason text");
-    // Dense 0..=34, in order.
+    assert_eq!(reason::ALL.len(), 36);
+    assert_eq!(values.len(), 36, "duplicate reason value");
+    assert_eq!(names.len(), 36, "duplicate reason name");
+    assert_eq!(texts.len(), 36, "duplicate reason text");
+    // Dense 0..=35, in order.
     for (i, r) in reason::ALL.iter().enumerate() {
         assert_eq!(r.0, i as u32, "{}", r.1);
         assert_eq!(reason::name(r.0), r.1);
@@ -107,8 +108,10 @@ fn reason_codes_are_unique_and_named() {
     // UAPI 1.1.
     assert_eq!(reason::AS_SLOTS_BUSY, 33);
     assert_eq!(reason::DEVICE_CTX_LIMIT, 34);
+    // UAPI 1.2.
+    assert_eq!(reason::DEP_FAILED, 35);
     assert_eq!(reason::name(10), "VA_OVERLAP");
-    assert_eq!(reason::name(35), "UNKNOWN");
+    assert_eq!(reason::name(36), "UNKNOWN");
     assert_eq!(reason::text(u32::MAX), "unknown reason");
 }
 

@@ -85,6 +85,7 @@ impl Context {
         let id = NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed);
         let timeline = Arc::new(Timeline::default());
         let acct = pool.register(id, kmd_id, timeline.clone());
+        device.name_context(kmd_id, Some(id));
         tracing::info!(
             ctx = id,
             device = device.id,
@@ -126,6 +127,13 @@ impl Context {
             self.log_loss(s);
         }
         match state {
+            Ok(s) if s.ban == uapi::ioctl::BAN_DEPENDENCY => (
+                format!(
+                    "a job of it did not run: it waits for {}",
+                    dependency_story(&self.device, s.dep_ctx_id, s.dep_seqno)
+                ),
+                0,
+            ),
             Ok(s) if s.hung != 0 => ("it hung the GPU (job timeout) and was reset".into(), 0),
             Ok(s) if s.fault_type != 0 => (
                 format!(
@@ -148,9 +156,10 @@ impl Context {
         if self.loss_logged.swap(true, Ordering::AcqRel) {
             return;
         }
-        let cause = match (s.hung != 0, s.fault_type != 0) {
-            (true, _) => "hang",
-            (false, true) => "fault",
+        let cause = match (s.ban, s.hung != 0, s.fault_type != 0) {
+            (uapi::ioctl::BAN_DEPENDENCY, _, _) => "dependency",
+            (_, true, _) => "hang",
+            (_, false, true) => "fault",
             _ => "reset",
         };
         tracing::error!(
@@ -173,6 +182,8 @@ impl Context {
             offset = s.fault_offset,
             submitted = s.submitted_seqno,
             completed = s.completed_seqno,
+            dep_kmd_ctx = s.dep_ctx_id,
+            dep_seqno = s.dep_seqno,
             "context lost"
         );
     }
@@ -232,6 +243,7 @@ impl Context {
         };
         // Also on a lost device (both backends accept CTX_DESTROY then): the file's teardown
         // cannot be relied on, CPU mappings of the pool keep a kernel file open.
+        self.device.name_context(self.kmd_id, None);
         self.device.backend.ctx_destroy(self.kmd_id).map_err(|e| {
             self.device
                 .fail(Op::Context, e, "context destroy")
@@ -286,4 +298,39 @@ fn reset_name(status: u32) -> &'static str {
         uapi::ioctl::RESET_INNOCENT => "innocent",
         _ => "none",
     }
+}
+
+/// "fence 3 of context 7 (kernel context 2), which faulted: GPU fault 'unmapped' (read access)
+/// at VA 0x...": the producer a dependency failed on, followed down the chain of failed
+/// producers to the one that failed by itself (at most a few links: a longer chain is cut).
+pub(crate) fn dependency_story(device: &crate::device::Device, kmd_ctx: u32, seqno: u64) -> String {
+    let mut out = String::new();
+    let (mut ctx, mut seqno) = (kmd_ctx, seqno);
+    for _ in 0..8 {
+        let name = match device.context_named(ctx) {
+            Some(id) => format!("context {id} (kernel context {ctx})"),
+            None => format!("kernel context {ctx}"),
+        };
+        out += &format!("fence {seqno} of {name}, which ");
+        match device.backend.ctx_state(ctx) {
+            Ok(s) if s.ban == uapi::ioctl::BAN_DEPENDENCY => {
+                out += "did not run either: it waits for ";
+                (ctx, seqno) = (s.dep_ctx_id, s.dep_seqno);
+            }
+            Ok(s) if s.hung != 0 => return out + "hung the GPU (job timeout)",
+            Ok(s) if s.fault_type != 0 => {
+                return out
+                    + &format!(
+                        "faulted: GPU fault '{}' ({} access) at VA 0x{:x}, packet offset {}",
+                        uapi::regs::fault_kind_name(s.fault_type),
+                        uapi::regs::access_name(s.fault_access),
+                        s.fault_va,
+                        s.fault_offset
+                    )
+            }
+            Ok(_) => return out + "was lost",
+            Err(_) => return out + "was lost and is destroyed since",
+        }
+    }
+    out + "..."
 }

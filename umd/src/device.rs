@@ -26,9 +26,27 @@ pub struct Device {
     lost: AtomicBool,
     lost_at_wall_ns: AtomicU64,
     lost_reason: Mutex<String>,
+    /// The libumd id of each live context by its kernel context id, for details that name a
+    /// context the kernel reported (a failed producer).
+    contexts: Mutex<std::collections::HashMap<u32, u64>>,
 }
 
 impl Device {
+    /// Records (`Some(id)`) or forgets (`None`) the libumd id of kernel context `kmd_id`.
+    pub fn name_context(&self, kmd_id: u32, id: Option<u64>) {
+        let mut m = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        match id {
+            Some(id) => m.insert(kmd_id, id),
+            None => m.remove(&kmd_id),
+        };
+    }
+
+    /// The libumd id of kernel context `kmd_id`, if it is live.
+    pub fn context_named(&self, kmd_id: u32) -> Option<u64> {
+        let m = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&kmd_id).copied()
+    }
+
     /// Opens device `index` on the backend chosen by `UMD_BACKEND`, checking the UAPI version.
     pub fn open(resolved: &crate::backend::select::Resolved, index: u32) -> UmdResult<Device> {
         // A loss found here is not on a device this process holds (no mark_lost): it is said
@@ -60,18 +78,13 @@ impl Device {
                 min_kernel_minor = uapi::MIN_KERNEL_MINOR,
                 "UAPI version mismatch"
             );
+            // The sentence is the kernel probe's (`NoKernelDevice::describe`): one wording.
+            let why = crate::backend::select::NoKernelDevice::VersionMismatch {
+                kernel: (info.uapi_major, info.uapi_minor),
+            };
             return Err(UmdError::new(
                 umdResult::UMD_ERR_INIT_VERSION_MISMATCH,
-                format!(
-                    "{}: kernel aigpu UAPI {}.{}, this libumd speaks UAPI {}.{} and needs a kernel with UAPI {}.{} or newer of the same major.",
-                    backend.location(),
-                    info.uapi_major,
-                    info.uapi_minor,
-                    uapi::UAPI_MAJOR,
-                    uapi::UAPI_MINOR,
-                    uapi::UAPI_MAJOR,
-                    uapi::MIN_KERNEL_MINOR
-                ),
+                format!("{}: {}.", backend.location(), why.describe()),
             ));
         }
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
@@ -86,6 +99,7 @@ impl Device {
             lost: AtomicBool::new(false),
             lost_at_wall_ns: AtomicU64::new(0),
             lost_reason: Mutex::new(String::new()),
+            contexts: Mutex::new(std::collections::HashMap::new()),
         })
     }
 

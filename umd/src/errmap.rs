@@ -30,6 +30,7 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
         (_, r::OUT_OF_MEMORY) => UMD_ERR_MEM_OUT_OF_MEMORY,
         (_, r::SIZE_TOO_LARGE) => UMD_ERR_MEM_TOO_LARGE,
         (_, r::CTX_BANNED | r::CTX_LOST) => UMD_ERR_CTX_LOST,
+        (_, r::DEP_FAILED) => UMD_ERR_CTX_DEPENDENCY_FAILED,
         (_, r::CTX_LIMIT | r::DEVICE_CTX_LIMIT) => UMD_ERR_CTX_LIMIT,
         (_, r::CTX_INVALID) => UMD_ERR_INVALID_HANDLE,
         (_, r::PRIORITY_INVALID) => UMD_ERR_INVALID_ARGUMENT,

@@ -154,6 +154,27 @@ fn submit_chunks(ctx: &Arc<Context>, descs: &[Cmdbuf], fences: &[Fence]) -> UmdR
                 _ => "submit".to_string(),
             };
             let mut err = dev.fail(Op::Submit, e, &what).ctx(ctx.id);
+            if err.code == umdResult::UMD_ERR_CTX_DEPENDENCY_FAILED {
+                err.message = match ctx.state() {
+                    // The context itself is lost: a job of it waited on a failed producer.
+                    Ok(s) if s.ban == uapi::ioctl::BAN_DEPENDENCY => format!(
+                        "context {} is lost: {}; it accepts no more work. {}",
+                        ctx.id,
+                        ctx.loss_story().0,
+                        err.message
+                    ),
+                    // Refused before anything was queued: wait fence #i names a failed producer.
+                    _ => match fences.get(e.bad_index as usize) {
+                        Some(f) => format!(
+                            "submit refused, nothing was queued: wait fence #{} is {}; this context is unharmed, the producer's must be recreated. {}",
+                            e.bad_index,
+                            crate::context::dependency_story(dev, f.ctx_id, f.seqno),
+                            err.message
+                        ),
+                        None => err.message,
+                    },
+                };
+            }
             if err.code == umdResult::UMD_ERR_CTX_LOST {
                 let (story, va) = ctx.loss_story();
                 err.message = format!(
@@ -251,6 +272,16 @@ fn wait_error(ctx: &Context, seqno: u64, timeout_ns: u64, e: crate::backend::Kmd
                 "fence (context {}, seqno {seqno}) not signalled within {} ms; the context has completed up to seqno {done}; the work is still running (a hang is declared only after the driver's job timeout). {}",
                 ctx.id,
                 timeout_ns / 1_000_000,
+                err.message
+            );
+        }
+        umdResult::UMD_ERR_CTX_DEPENDENCY_FAILED => {
+            // Its jobs will never run: blocks they used may be reused.
+            ctx.timeline.lost.store(true, Ordering::Release);
+            err.message = format!(
+                "context {} was lost: {}; fence seqno {seqno} will never signal. {}",
+                ctx.id,
+                ctx.loss_story().0,
                 err.message
             );
         }

@@ -3,7 +3,7 @@
 //! at once with `UMD_ERR_INVALID_HANDLE` and a detail that says so; the close itself waits for
 //! the context's work as CTX_DESTROY always does, which for a job that never finishes means
 //! until the job timeout declares it hung. The simulator's CTX_DESTROY does what aigpu.ko's does
-//! (`kmd/gpu.rs`, `ctx_destroy`); `tests/c/short_process.c` mode `close-under-wait` checks the
+//! (`kmd/gpu/clients.rs`, `ctx_destroy`); `tests/c/short_process.c` mode `close-under-wait` checks the
 //! waiter's side on the kernel module in the QEMU guest.
 
 use std::ffi::CStr;

@@ -9,7 +9,9 @@ mod application;
 mod config;
 mod hardware;
 mod kernel;
+mod leaks;
 mod process;
+mod refused;
 mod render;
 mod userspace;
 

@@ -309,7 +309,25 @@ pub struct CtxState {
     pub reason: u32,
     /// Must be zero.
     pub pad: u32,
+    /// Out (1.2): why the context is banned, `BAN_*` (`BAN_NONE` while it is not).
+    pub ban: u32,
+    /// Out (1.2): with `BAN_DEPENDENCY`, the producer context whose fence will never signal.
+    pub dep_ctx_id: u32,
+    /// Out (1.2): with `BAN_DEPENDENCY`, the fence value of `dep_ctx_id` that was waited for.
+    pub dep_seqno: u64,
 }
+
+/// `CtxState::ban`: not banned.
+pub const BAN_NONE: u32 = 0;
+/// `CtxState::ban`: one of its jobs faulted (`fault_*` say how).
+pub const BAN_FAULT: u32 = 1;
+/// `CtxState::ban`: one of its jobs ran past the job timeout (`hung` = 1).
+pub const BAN_HANG: u32 = 2;
+/// `CtxState::ban`: one of its jobs waited on a fence that will never signal (`dep_*` name it);
+/// that job did not run.
+pub const BAN_DEPENDENCY: u32 = 3;
+/// `CtxState::ban`: its queued work could not be kept across an engine reset.
+pub const BAN_DROPPED: u32 = 4;
 
 /// `DRM_IOCTL_AIGPU_QUERY`.
 pub const IOCTL_QUERY: u32 = iowr(NR_QUERY, core::mem::size_of::<Query>());

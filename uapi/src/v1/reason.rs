@@ -88,6 +88,9 @@ reasons! {
     /// (UAPI 1.1) The device has no context left to give: every one of its 512 fence slots is
     /// taken, by any files.
     DEVICE_CTX_LIMIT = 34, "the device has no context left (all 512 taken, by any files)";
+    /// A job waited on a fence its producer context will never signal (the producer faulted,
+    /// hung or failed the same way): the job did not run (UAPI 1.2).
+    DEP_FAILED = 35, "a fence this job waits for will never signal: its producer context failed";
 }
 
 /// The name of a reason code (`"VA_OVERLAP"`), or `"UNKNOWN"`.

@@ -9,7 +9,8 @@ pub const UAPI_MAJOR: u32 = 1;
 /// UAPI minor version: grows when fields, ioctls or reason codes are added.
 /// 1.1: reasons `AS_SLOTS_BUSY` and `DEVICE_CTX_LIMIT` (causes 1.0 reported as `RING_FULL` and
 /// `CTX_LIMIT`).
-pub const UAPI_MINOR: u32 = 1;
+/// 1.2: reason `DEP_FAILED`; `CtxState` grows `ban`, `dep_ctx_id` and `dep_seqno`.
+pub const UAPI_MINOR: u32 = 2;
 /// The oldest kernel minor this user space can drive (same major).
 pub const MIN_KERNEL_MINOR: u32 = 0;
 

@@ -92,6 +92,13 @@ pub extern "C" fn umdContextGetState(
             fault_offset: s.fault_offset,
             completed_seqno: s.completed_seqno,
             submitted_seqno: s.submitted_seqno,
+            ban: s.ban,
+            reserved2: 0,
+            dep_context_id: match s.ban {
+                uapi::ioctl::BAN_DEPENDENCY => ctx.device.context_named(s.dep_ctx_id).unwrap_or(0),
+                _ => 0,
+            },
+            dep_seqno: s.dep_seqno,
         };
         copy_versioned(&v, state, dst.struct_size);
         Ok(umdResult::UMD_SUCCESS)

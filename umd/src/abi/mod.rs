@@ -126,6 +126,7 @@ fn fail(function: &'static str, e: UmdError) -> umdResult {
         // Device loss is logged once at ERROR where it is detected (Device::mark_lost); the
         // fast failures after it are WARN, so they neither wait for the file nor flood it.
         umdResult::UMD_ERR_CTX_LOST
+        | umdResult::UMD_ERR_CTX_DEPENDENCY_FAILED
         | umdResult::UMD_ERR_INTERNAL
         | umdResult::UMD_ERR_INTERNAL_KMD_UNEXPECTED
         | umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => {

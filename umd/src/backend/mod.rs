@@ -44,6 +44,24 @@ impl KmdError {
     }
 }
 
+impl From<rules::Refusal> for KmdError {
+    fn from(r: rules::Refusal) -> Self {
+        // The simulator has no restartable calls: a wait a signal interrupts fails with EINTR,
+        // as the kernel's does once it is not restarted.
+        let errno = if r.errno == rules::refusal::errno::ERESTARTSYS {
+            libc::EINTR
+        } else {
+            r.errno
+        };
+        KmdError {
+            errno,
+            reason: r.reason,
+            bad_index: r.index,
+            bad_offset: r.offset,
+        }
+    }
+}
+
 /// Symbolic name of the errnos the UAPI uses.
 pub fn errno_name(e: i32) -> &'static str {
     match e {

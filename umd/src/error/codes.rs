@@ -82,6 +82,11 @@ pub enum umdResult {
     UMD_ERR_CTX_LOST = -300,
     /// Too many contexts.
     UMD_ERR_CTX_LIMIT = -301,
+    /// Work this call depends on failed: a fence it waits for belongs to a context that faulted,
+    /// hung or failed the same way, so it will never signal. The dependent job did not run (it
+    /// was not given garbage input); its context is lost. The detail names the failed producer
+    /// (context, fence and why).
+    UMD_ERR_CTX_DEPENDENCY_FAILED = -302,
     /// Not enough device memory now; freeing memory or trimming the pool may help.
     UMD_ERR_MEM_OUT_OF_MEMORY = -400,
     /// The request can never succeed: larger than the device's memory or the object limit.
@@ -146,6 +151,7 @@ impl umdResult {
         umdResult::UMD_ERR_DEVICE_NOT_FOUND,
         umdResult::UMD_ERR_CTX_LOST,
         umdResult::UMD_ERR_CTX_LIMIT,
+        umdResult::UMD_ERR_CTX_DEPENDENCY_FAILED,
         umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
         umdResult::UMD_ERR_MEM_TOO_LARGE,
         umdResult::UMD_ERR_MEM_NOT_MAPPED,
@@ -274,6 +280,11 @@ impl umdResult {
                 c"UMD_ERR_CTX_LIMIT",
                 c"context limit reached (64 per open device, or the device's hardware contexts)",
                 UMD_ACTION_RELEASE_AND_RETRY,
+            ),
+            umdResult::UMD_ERR_CTX_DEPENDENCY_FAILED => (
+                c"UMD_ERR_CTX_DEPENDENCY_FAILED",
+                c"work this depends on failed: its producer context faulted or hung; nothing ran on its output",
+                UMD_ACTION_RECREATE_CONTEXT,
             ),
             umdResult::UMD_ERR_MEM_OUT_OF_MEMORY => (
                 c"UMD_ERR_MEM_OUT_OF_MEMORY",

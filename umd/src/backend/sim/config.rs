@@ -6,6 +6,7 @@
 //! | `UMD_SIM_MEM_MIB` | memory per GPU in MiB (16..=65536) | 1024 |
 //! | `UMD_SIM_JOB_TIMEOUT_MS` | job timeout before a hang is declared (10..=600000) | 2000 |
 //! | `UMD_SIM_HANG_DEBUG` | 1: the debug HANG packet is allowed (as the KMD's `hang_debug` parameter) | 0 |
+//! | `UMD_SIM_UAPI` | test hook: the UAPI version `MAJOR.MINOR` the simulated driver reports (libumd's version refusal; aigpu.ko's equivalent is the root-only debugfs file `inject_uapi_version`) | this libumd's |
 
 /// Parsed simulator settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct SimConfig {
     pub job_timeout_ms: u64,
     /// HANG packets allowed.
     pub hang_debug: bool,
+    /// The UAPI version reported by QUERY (major, minor).
+    pub uapi: (u32, u32),
 }
 
 impl Default for SimConfig {
@@ -27,6 +30,7 @@ impl Default for SimConfig {
             mem_bytes: 1024 << 20,
             job_timeout_ms: 2000,
             hang_debug: false,
+            uapi: (uapi::UAPI_MAJOR, uapi::UAPI_MINOR),
         }
     }
 }
@@ -49,6 +53,21 @@ impl SimConfig {
             mem_bytes: num("UMD_SIM_MEM_MIB", 16, 65536, 1024)? << 20,
             job_timeout_ms: num("UMD_SIM_JOB_TIMEOUT_MS", 10, 600_000, 2000)?,
             hang_debug: num("UMD_SIM_HANG_DEBUG", 0, 1, 0)? == 1,
+            uapi: version("UMD_SIM_UAPI")?,
         })
+    }
+}
+
+/// `MAJOR.MINOR` (each 0..=65535), default this libumd's UAPI version.
+fn version(name: &str) -> Result<(u32, u32), String> {
+    let Ok(s) = std::env::var(name) else {
+        return Ok((uapi::UAPI_MAJOR, uapi::UAPI_MINOR));
+    };
+    let part = |p: &str| p.trim().parse::<u32>().ok().filter(|&v| v <= 65535);
+    match s.split_once('.').map(|(a, b)| (part(a), part(b))) {
+        Some((Some(a), Some(b))) => Ok((a, b)),
+        _ => Err(format!(
+            "{name}={s:?} is not a version MAJOR.MINOR (two whole numbers in 0..=65535)"
+        )),
     }
 }

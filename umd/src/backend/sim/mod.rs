@@ -6,21 +6,23 @@
 //! [`gpu::Gpu`] behind it is shared by all files of the same device index in the process.
 
 pub mod config;
+mod debugfs;
 pub mod gem;
 pub mod gpu;
 pub mod physmem;
+mod recovery;
 pub mod vm;
 
 use super::{Backend, HostMap, KmdError, KmdResult};
 use config::SimConfig;
 use gem::SimBo;
 use gpu::Gpu;
+use rules::Refusal;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use uapi::ioctl::{Cmdbuf, CtxState, Fence, Query};
-use uapi::packet;
 use uapi::reason as r;
 use vm::Vm;
 
@@ -86,7 +88,6 @@ pub struct SimFile {
     /// Bytes of this file's live objects (shared with them and with the debugfs view).
     mem_bytes: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
-    slot: usize,
     vm: Mutex<Vm>,
     objects: Mutex<HashMap<u32, Arc<SimBo>>>,
     next_handle: Mutex<u32>,
@@ -99,14 +100,12 @@ impl SimFile {
         let vm = Vm::new(gpu.mem.clone()).map_err(OpenError::Kmd)?;
         let id = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
         let mem_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let slot = gpu
-            .attach_file(id, vm.root, mem_bytes.clone())
+        gpu.attach_file(id, vm.root, mem_bytes.clone())
             .map_err(OpenError::Kmd)?;
         Ok(SimFile {
             gpu,
             mem_bytes,
             id,
-            slot,
             vm: Mutex::new(vm),
             objects: Mutex::new(HashMap::new()),
             next_handle: Mutex::new(1),
@@ -132,8 +131,9 @@ impl SimFile {
             .ok_or(KmdError::new(libc::ENOENT, r::HANDLE_INVALID))
     }
 
-    /// Checks every command buffer: alignment, mapped for reading, every packet well formed.
-    /// Operand addresses are left to the GPU MMU (a bad one faults the context at run time).
+    /// Checks every command buffer (`rules::submit`): shape, mapped for reading, every packet
+    /// well formed. Operand addresses are left to the GPU MMU (a bad one faults the context at
+    /// run time).
     fn validate(&self, cmdbufs: &[Cmdbuf]) -> KmdResult<()> {
         let vm = lock(&self.vm);
         let hang = self.gpu.cfg.hang_debug;
@@ -144,22 +144,8 @@ impl SimFile {
         let mut words = Vec::new();
         let mut last = None;
         for (i, cb) in cmdbufs.iter().enumerate() {
-            let bad = |reason, off: u64| KmdError {
-                errno: libc::EINVAL,
-                reason,
-                bad_index: i as u32,
-                bad_offset: off,
-            };
-            if cb.flags != 0 {
-                return Err(bad(r::FLAGS_UNKNOWN, 0));
-            }
-            if cb.size == 0
-                || cb.size % 4 != 0
-                || cb.va % 4 != 0
-                || cb.size > uapi::ring::MAX_CMD_SIZE
-            {
-                return Err(bad(r::CMDBUF_BAD, 0));
-            }
+            let i = i as u32;
+            rules::submit::cmdbuf_shape(i, cb)?;
             read_words(
                 &vm,
                 &self.gpu,
@@ -168,21 +154,8 @@ impl SimFile {
                 (&mut bytes, &mut words),
                 &mut last,
             )
-            .ok_or(bad(r::CMDBUF_NOT_MAPPED, 0))?;
-            let mut at = 0;
-            while at < words.len() {
-                let off = at as u64 * 4;
-                let n = packet::packet_words(words[at], words.len() - at)
-                    .map_err(|_| bad(r::PACKET_MALFORMED, off))?;
-                match packet::decode(&words[at..at + n], hang) {
-                    Ok(_) => {}
-                    Err(packet::Malformed::HangDisabled) => {
-                        return Err(bad(r::PACKET_HANG_DISABLED, off))
-                    }
-                    Err(_) => return Err(bad(r::PACKET_MALFORMED, off)),
-                }
-                at += n;
-            }
+            .ok_or(Refusal::new(r::CMDBUF_NOT_MAPPED).at(i))?;
+            rules::submit::packet_stream(i, &words, hang)?;
         }
         Ok(())
     }
@@ -259,8 +232,8 @@ impl Backend for SimFile {
             caps |= uapi::CAP_HANG_DEBUG;
         }
         Ok(Query {
-            uapi_major: uapi::UAPI_MAJOR,
-            uapi_minor: uapi::UAPI_MINOR,
+            uapi_major: self.gpu.cfg.uapi.0,
+            uapi_minor: self.gpu.cfg.uapi.1,
             driver_major: maj,
             driver_minor: min,
             driver_patch: pat,
@@ -341,7 +314,7 @@ impl Backend for SimFile {
         if r.is_err() {
             // The rolled-back pages may have been translated meanwhile (a job using the range
             // while it was being bound): the device must forget them.
-            self.gpu.invalidate_tlb(self.slot);
+            self.gpu.invalidate_tlb(self.id);
         }
         r
     }
@@ -351,15 +324,13 @@ impl Backend for SimFile {
         let bo = lock(&self.vm).unbind(va, size)?;
         // The device caches translations across jobs (hw-spec §5): it must forget the removed
         // pages before the object, and with it their memory, can be freed and reused.
-        self.gpu.invalidate_tlb(self.slot);
+        self.gpu.invalidate_tlb(self.id);
         drop(bo);
         Ok(())
     }
 
     fn ctx_create(&self, priority: u32) -> KmdResult<u32> {
-        if priority > uapi::ioctl::PRIORITY_HIGH {
-            return Err(KmdError::new(libc::EINVAL, r::PRIORITY_INVALID));
-        }
+        rules::names::Priority::try_from(priority)?;
         self.gpu.ctx_create(self.id, priority)
     }
 
@@ -375,18 +346,11 @@ impl Backend for SimFile {
         flags: u32,
     ) -> KmdResult<u64> {
         self.check_alive()?;
-        if flags & !uapi::ioctl::SUBMIT_FLAG_NO_BLOCK != 0 {
-            return Err(KmdError::new(libc::EINVAL, r::FLAGS_UNKNOWN));
-        }
-        if cmdbufs.is_empty() || cmdbufs.len() > uapi::ioctl::MAX_CMDBUFS as usize {
-            return Err(KmdError::new(libc::EINVAL, r::CMDBUF_COUNT));
-        }
-        if in_fences.len() > uapi::ioctl::MAX_IN_FENCES as usize {
-            return Err(KmdError::new(libc::EINVAL, r::FENCE_COUNT));
-        }
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        rules::submit::arguments(flags, count(cmdbufs.len()), count(in_fences.len()))?;
         self.validate(cmdbufs)?;
         self.gpu
-            .queue_job(self.id, self.slot, ctx_id, cmdbufs, in_fences, flags)
+            .queue_job(self.id, ctx_id, cmdbufs, in_fences, flags)
     }
 
     fn wait(&self, ctx_id: u32, seqno: u64, deadline_ns: u64) -> KmdResult<u64> {
@@ -414,7 +378,7 @@ impl Backend for SimFile {
 
 impl Drop for SimFile {
     fn drop(&mut self) {
-        self.gpu.detach_file(self.id, self.slot);
+        self.gpu.detach_file(self.id);
         // The VM (mappings, page tables) and the objects go with the struct's fields.
     }
 }

@@ -59,28 +59,10 @@ impl Vm {
         size: u64,
         access: u32,
     ) -> KmdResult<()> {
-        let einval = |reason| Err(KmdError::new(libc::EINVAL, reason));
-        if access == 0 || access & !(VM_ACCESS_READ | VM_ACCESS_WRITE) != 0 {
-            return einval(r::ACCESS_INVALID);
-        }
-        if size == 0 {
-            return einval(r::SIZE_ZERO);
-        }
-        if !va.is_multiple_of(PAGE) || !bo_offset.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE)
-        {
-            return einval(r::UNALIGNED);
-        }
-        let Some(end) = va.checked_add(size) else {
-            return einval(r::VA_OUT_OF_RANGE);
-        };
-        if va < uapi::VA_START || end > uapi::VA_END {
-            return einval(r::VA_OUT_OF_RANGE);
-        }
-        if bo_offset.checked_add(size).is_none_or(|e| e > bo.size) {
-            return einval(r::BO_RANGE);
-        }
+        // The argument rules are the driver's (`rules::vm`), aigpu.ko's too.
+        let end = rules::vm::bind(va, bo_offset, size, access, bo.size)?;
         if self.overlaps(va, end) {
-            return einval(r::VA_OVERLAP);
+            return Err(KmdError::new(libc::EINVAL, r::VA_OVERLAP));
         }
         let mut bits = 0;
         if access & VM_ACCESS_READ != 0 {
@@ -115,6 +97,7 @@ impl Vm {
 
     /// Removes exactly the mapping `[va, va+size)`.
     pub fn unbind(&mut self, va: u64, size: u64) -> KmdResult<Arc<SimBo>> {
+        rules::vm::unbind(va, size)?;
         match self.mappings.get(&va) {
             Some(m) if m.size == size => {}
             _ => return Err(KmdError::new(libc::EINVAL, r::VA_NOT_MAPPED)),

@@ -1,0 +1,413 @@
+//! The simulated KMD's interrupt bottom half, watchdog, engine reset and device loss, and the
+//! device thread that runs the model. The decisions are `rules::recovery`'s (who is guilty, what
+//! each queued job becomes, who a failed producer takes down with it), as in aigpu.ko. The
+//! records are libumd log records (docs/logging.md): the facts aigpu.ko prints in its dmesg line
+//! (`rules::report`) are their fields, with the simulated kernel's context id as `kmd_ctx`.
+
+use super::gpu::{lock, Gpu, Job, SimClock, State};
+use super::physmem::SharedMem;
+use rules::recovery::{self, Blame, JobView, WaitFate};
+use rules::{Ban, FaultInfo};
+use std::time::{Duration, Instant};
+use uapi::ioctl::{RESET_GUILTY, RESET_INNOCENT, RESET_NONE};
+use uapi::regs;
+use vgpu::model::{Device, Step};
+
+type Dev = Device<SharedMem, SimClock>;
+
+/// A job left its ring (retired or dropped): the file's in-flight count.
+fn job_gone(st: &mut State, job: &Job) {
+    if let Some(c) = st.clients.get_mut(&job.file) {
+        c.inflight = c.inflight.saturating_sub(1);
+    }
+}
+
+fn view(j: &Job) -> JobView {
+    JobView {
+        id: j.id,
+        ctx: j.ctx,
+        seqno: j.seqno,
+    }
+}
+
+impl Gpu {
+    /// Retires completed jobs: reads each ring's head and each context's fence from memory.
+    pub(super) fn retire(&self, st: &mut State, d: &mut Dev) {
+        for qi in 0..st.queues.len() {
+            let head = d.mmio_read32(regs::queue_base(qi) + regs::Q_HEAD);
+            while st.queues[qi]
+                .inflight
+                .front()
+                .is_some_and(|j| rules::ring::at_or_after(head, j.end))
+            {
+                if let Some(job) = st.queues[qi].inflight.pop_front() {
+                    st.queues[qi].done += 1;
+                    job_gone(st, &job);
+                }
+            }
+        }
+        let fence_page = self.fence_page;
+        for c in st.contexts.values_mut() {
+            if c.ban.is_some() {
+                continue; // a banned context's fence no longer means completion
+            }
+            if let Some(v) = self.mem.read_u64(fence_page + 8 * c.fence_slot as u64) {
+                if v > c.completed && v <= c.submitted {
+                    c.completed = v;
+                }
+            }
+        }
+    }
+
+    pub(super) fn bottom_half(&self, status: u32) {
+        let mut st = self.state();
+        let mut d = lock(&self.dev);
+        self.retire(&mut st, &mut d);
+        if status & (regs::IRQ_FAULT | regs::IRQ_MEM_ERROR) != 0 {
+            self.handle_fault(&mut st, &mut d, status);
+        }
+        drop(d);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// A queue stopped on a fault: ban the guilty context with the fault, say it, reset the
+    /// engine (everyone else's work is resubmitted).
+    fn handle_fault(&self, st: &mut State, d: &mut Dev, status: u32) {
+        let fs = d.mmio_read32(regs::FAULT_STATUS);
+        if fs == regs::LOST_READ_VALUE {
+            self.recover(st, d);
+            return;
+        }
+        if fs & regs::FAULT_VALID == 0 {
+            // Nothing latched: already handled by a reset, unless a queue still sits faulted (its
+            // fault was not latched); then reset to get it going again (as aigpu.ko does).
+            let stuck = (0..regs::NUM_QUEUES).any(|q| {
+                d.mmio_read32(regs::queue_base(q) + regs::Q_STATE) == regs::QSTATE_FAULTED
+            });
+            if stuck {
+                self.recover(st, d);
+            }
+            return;
+        }
+        let info = FaultInfo {
+            kind: regs::fault_kind(fs),
+            access: regs::fault_access(fs),
+            va: d.mmio_read64(regs::FAULT_ADDR),
+            offset: d.mmio_read32(regs::FAULT_OFFSET) as u64,
+        };
+        let job = d.mmio_read64(regs::FAULT_JOB);
+        let queue = regs::fault_queue(fs) as usize;
+        let blame = st.queues.get(queue).map_or(Blame::Nobody, |q| {
+            recovery::blame(job, q.inflight.iter().map(view))
+        });
+        st.counters.faults += 1;
+        let mem_error = info.kind == regs::FAULT_BUS_ERROR || status & regs::IRQ_MEM_ERROR != 0;
+        // `kmd_ctx`: the simulated kernel's context id, as in dmesg; the `ctx` field of a record
+        // is always the libumd context id the caller knows (docs/logging.md).
+        let class = rules::report::fault_class(info.kind);
+        let layer = if mem_error { "hardware" } else { "application" };
+        let (fault, access) = (
+            regs::fault_kind_name(info.kind),
+            regs::access_name(info.access),
+        );
+        let va = format_args!("{:#x}", info.va);
+        match blame {
+            Blame::Guilty(g) => tracing::error!(
+                device = self.index,
+                kmd_ctx = g.ctx,
+                seqno = g.seqno,
+                job = g.id,
+                queue,
+                fault,
+                access,
+                va,
+                offset = info.offset,
+                class,
+                layer,
+                "GPU fault: kmd context {} banned",
+                g.ctx
+            ),
+            Blame::Fetching(g) => tracing::error!(
+                device = self.index,
+                kmd_ctx = g.ctx,
+                seqno = g.seqno,
+                job = g.id,
+                queue,
+                fault,
+                access,
+                va,
+                offset = info.offset,
+                class,
+                layer,
+                "GPU fault while fetching a descriptor of kmd context {}: nobody banned, the job is resubmitted",
+                g.ctx
+            ),
+            Blame::Nobody => tracing::error!(
+                device = self.index,
+                job,
+                queue,
+                fault,
+                access,
+                va,
+                offset = info.offset,
+                class,
+                layer,
+                "GPU fault on an unknown job"
+            ),
+        }
+        if let Some(c) = blame.guilty().and_then(|g| st.contexts.get_mut(&g.ctx)) {
+            c.ban = Some(Ban::Fault(info));
+            c.reset_status = RESET_GUILTY;
+        }
+        self.recover(st, d);
+    }
+
+    /// Busy sampling and hang detection: a job executing longer than the job timeout.
+    pub(super) fn watchdog(&self) {
+        let mut st = self.state();
+        if st.lost {
+            return;
+        }
+        let mut d = lock(&self.dev);
+        let now = crate::error::detail::mono_ns();
+        let timeout = self.job_timeout.as_nanos() as u64;
+        let mut hung = None;
+        for (qi, q) in st.queues.iter_mut().enumerate() {
+            let busy = !q.inflight.is_empty();
+            q.busy.sample(now, busy);
+            let cur = if busy {
+                d.mmio_read64(regs::queue_base(qi) + regs::Q_CUR_JOB)
+            } else {
+                0
+            };
+            if let Some(job) = q.clock.observe(busy, cur, now, timeout) {
+                let guilty = q.inflight.iter().map(view).find(|j| j.id == job);
+                hung = Some((qi, job, guilty));
+                break;
+            }
+        }
+        let Some((queue, job, guilty)) = hung else {
+            return;
+        };
+        // Collect what did complete before declaring the rest lost.
+        self.retire(&mut st, &mut d);
+        st.counters.hangs += 1;
+        match guilty {
+            Some(g) => tracing::error!(
+                device = self.index,
+                kmd_ctx = g.ctx,
+                seqno = g.seqno,
+                job,
+                queue,
+                timeout_ms = self.cfg.job_timeout_ms,
+                "job timeout: kmd context {} hung the GPU; resetting the engine",
+                g.ctx
+            ),
+            None => tracing::error!(
+                device = self.index,
+                job,
+                queue,
+                timeout_ms = self.cfg.job_timeout_ms,
+                "job timeout on an unknown job; resetting the engine"
+            ),
+        }
+        if let Some(g) = guilty {
+            if let Some(c) = st.contexts.get_mut(&g.ctx) {
+                c.ban = Some(Ban::Hang);
+                c.reset_status = RESET_GUILTY;
+            }
+        }
+        self.recover(&mut st, &mut d);
+        drop(d);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Bans, until nothing changes, every context with a queued job that waits on a fence its
+    /// producer will never signal (`rules::recovery::consumer_ban`), and says so per context.
+    fn propagate_failures(&self, st: &mut State) {
+        loop {
+            let mut bans = Vec::new();
+            for job in st.queues.iter().flat_map(|q| q.inflight.iter()) {
+                let Some(consumer) = st.contexts.get(&job.ctx) else {
+                    continue;
+                };
+                let found = job.deps.iter().find_map(|&(p, v)| {
+                    let producer = st.contexts.get(&p).map(|c| c.producer());
+                    recovery::consumer_ban(consumer.ban, p, producer, v).map(|b| (p, v, b))
+                });
+                if let Some((p, v, b)) = found {
+                    bans.push((job.ctx, job.seqno, p, v, b));
+                }
+            }
+            if bans.is_empty() {
+                return;
+            }
+            for (ctx, seqno, producer, producer_seqno, ban) in bans {
+                let cause = match st.contexts.get(&producer).and_then(|c| c.ban) {
+                    Some(b) => b,
+                    None => continue,
+                };
+                let Some(c) = st.contexts.get_mut(&ctx) else {
+                    continue;
+                };
+                if c.ban.is_some() {
+                    continue;
+                }
+                c.ban = Some(ban);
+                tracing::error!(
+                    device = self.index,
+                    kmd_ctx = ctx,
+                    seqno,
+                    dep_kmd_ctx = producer,
+                    dep_seqno = producer_seqno,
+                    cause = cause.name(),
+                    "dependency failed: kmd context {ctx} banned; its job waits for kmd context {producer}, which failed"
+                );
+            }
+        }
+    }
+
+    /// Engine reset (`rules::recovery`): bans the consumers of failed producers, drops banned
+    /// contexts' work, resubmits the rest minus satisfied waits (marking those contexts
+    /// innocent), or declares the device lost when the reset does not bring it back.
+    pub(super) fn recover(&self, st: &mut State, d: &mut Dev) {
+        st.counters.resets += 1;
+        d.mmio_write32(regs::RESET, regs::RESET_ENGINE);
+        if d.mmio_read32(regs::ID) != regs::ID_VALUE {
+            self.declare_lost(st);
+            return;
+        }
+        d.mmio_write32(regs::IRQ_ACK, regs::IRQ_ALL);
+        self.program(d, st);
+        self.propagate_failures(st);
+        let (mut resubmitted, mut dropped) = (0u32, 0u32);
+        for qi in 0..st.queues.len() {
+            let jobs: Vec<Job> = st.queues[qi].inflight.drain(..).collect();
+            st.queues[qi].tail = 0;
+            st.queues[qi].clock.reset();
+            for mut job in jobs {
+                let keep = st.contexts.get(&job.ctx).is_some_and(|c| c.ban.is_none());
+                if !keep {
+                    job_gone(st, &job);
+                    dropped += 1;
+                    continue;
+                }
+                if let Some(c) = st.contexts.get_mut(&job.ctx) {
+                    if c.reset_status == RESET_NONE {
+                        c.reset_status = RESET_INNOCENT;
+                    }
+                }
+                // Waits that are satisfied are left out; none fails here (propagation above
+                // banned every job that had one).
+                let mut k = 0;
+                let (mut descs, mut deps) = (Vec::new(), Vec::new());
+                for desc in job.descs.iter() {
+                    if desc.kind == uapi::ring::DESC_WAIT {
+                        let (p, v) = job.deps.get(k).copied().unwrap_or((0, 0));
+                        k += 1;
+                        let producer = st.contexts.get(&p).map(|c| c.producer());
+                        if recovery::wait_fate(p, producer, v) != WaitFate::Keep {
+                            continue;
+                        }
+                        deps.push((p, v));
+                    }
+                    descs.push(*desc);
+                }
+                job.descs = descs;
+                job.deps = deps;
+                job.end = self.write_ring(st, qi, &job.descs);
+                st.queues[qi].inflight.push_back(job);
+                resubmitted += 1;
+            }
+            let tail = st.queues[qi].tail;
+            let b = regs::queue_base(qi);
+            d.mmio_write32(b + regs::Q_TAIL, tail);
+            d.mmio_write32(b + regs::Q_DOORBELL, 1);
+        }
+        tracing::warn!(
+            device = self.index,
+            resubmitted,
+            dropped,
+            "engine reset done; innocent jobs resubmitted"
+        );
+    }
+
+    /// The device did not come back: every call fails with `ENODEV` from now on, said once.
+    /// Jobs are dropped.
+    fn declare_lost(&self, st: &mut State) {
+        if !st.lost {
+            tracing::error!(
+                device = self.index,
+                layer = "hardware",
+                "engine reset failed: device lost; every call will fail with UMD_ERR_DEVICE_LOST"
+            );
+        }
+        st.lost = true;
+        for qi in 0..st.queues.len() {
+            let jobs: Vec<Job> = st.queues[qi].inflight.drain(..).collect();
+            for j in jobs {
+                job_gone(st, &j);
+            }
+        }
+    }
+}
+
+/// The device thread: steps the model, takes interrupts, runs the watchdog. Holds only a weak
+/// reference so the GPU goes away with its last file.
+pub(super) fn device_thread(gpu: std::sync::Weak<Gpu>) {
+    let mut last_watchdog = Instant::now();
+    loop {
+        let Some(g) = gpu.upgrade() else { return };
+        if g.stop.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        // Top half: step, then read and acknowledge the interrupt status under the device lock.
+        let (step, status) = {
+            let mut d = lock(&g.dev);
+            let start = Instant::now();
+            // A few packets per lock hold keeps register access responsive for submitters.
+            let round = d.run_round(16, |_, _| false);
+            let step = round.last;
+            if round.steps > 0 {
+                g.steps
+                    .fetch_add(round.steps, std::sync::atomic::Ordering::Relaxed);
+                let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                g.busy_ns
+                    .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+            }
+            let status = if d.irq_line() {
+                let s = d.mmio_read32(regs::IRQ_STATUS);
+                d.mmio_write32(regs::IRQ_ACK, s);
+                s
+            } else {
+                0
+            };
+            (step, status)
+        };
+        if status != 0 {
+            g.bottom_half(status);
+        }
+        if last_watchdog.elapsed() >= Duration::from_millis(rules::recovery::WD_PERIOD_MS.into()) {
+            g.watchdog();
+            last_watchdog = Instant::now();
+        }
+        let idle_wait = match step {
+            Step::Progress => None,
+            Step::Stalled => Some(Duration::from_micros(200)),
+            Step::Idle => Some(Duration::from_millis(20)),
+        };
+        if let Some(t) = idle_wait {
+            let (m, cv) = (&g.kick.0, &g.kick.1);
+            let mut kicked = lock(m);
+            if !*kicked {
+                kicked = cv
+                    .wait_timeout(kicked, t)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            *kicked = false;
+        }
+    }
+}
