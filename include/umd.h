@@ -181,6 +181,32 @@
 #define UMD_RESET_INNOCENT 2
 
 /**
+ * `umdContextState.ban`: the context is not banned.
+ */
+#define UMD_BAN_NONE 0
+
+/**
+ * `umdContextState.ban`: one of its jobs faulted (`fault_*` say how).
+ */
+#define UMD_BAN_FAULT 1
+
+/**
+ * `umdContextState.ban`: one of its jobs ran past the job timeout (`hung` is 1).
+ */
+#define UMD_BAN_HANG 2
+
+/**
+ * `umdContextState.ban`: one of its jobs waited on a fence of a context that failed first
+ * (`dep_context_id`, `dep_seqno`); that job did not run.
+ */
+#define UMD_BAN_DEPENDENCY 3
+
+/**
+ * `umdContextState.ban`: its queued work could not be kept across an engine reset.
+ */
+#define UMD_BAN_DROPPED 4
+
+/**
  * Debug fault injection: the next device memory access fails (uncorrectable error).
  */
 #define UMD_DEBUG_FAULT_MEM_ERROR 1
@@ -299,6 +325,13 @@ enum umdResult
    * Too many contexts.
    */
   UMD_ERR_CTX_LIMIT = -301,
+  /**
+   * Work this call depends on failed: a fence it waits for belongs to a context that faulted,
+   * hung or failed the same way, so it will never signal. The dependent job did not run (it
+   * was not given garbage input); its context is lost. The detail names the failed producer
+   * (context, fence and why).
+   */
+  UMD_ERR_CTX_DEPENDENCY_FAILED = -302,
   /**
    * Not enough device memory now; freeing memory or trimming the pool may help.
    */
@@ -566,6 +599,24 @@ typedef struct umdContextState {
    * Last submitted sequence number.
    */
   uint64_t submitted_seqno;
+  /**
+   * Why the context is banned, `UMD_BAN_*` (after the version-1 fields: a caller with the
+   * version-1 size does not get it).
+   */
+  uint32_t ban;
+  /**
+   * Must be ignored.
+   */
+  uint32_t reserved2;
+  /**
+   * With `UMD_BAN_DEPENDENCY`: the id of the context whose fence will never signal (the id
+   * error details and log records use; 0 if it is no longer live).
+   */
+  uint64_t dep_context_id;
+  /**
+   * With `UMD_BAN_DEPENDENCY`: the sequence number of that fence.
+   */
+  uint64_t dep_seqno;
 } umdContextState;
 
 /**

@@ -26,7 +26,8 @@ use kernel::{
 
 use crate::{
     dump,
-    gpu::{queue_priority, Gpu},
+    gpu::Gpu,
+    rules::report::{ContextLine, QueueLine},
     text::Text,
     tprint,
     uapi::{regs, version},
@@ -169,6 +170,36 @@ unsafe extern "C" fn inject_write<const K: u8>(
     count as isize
 }
 
+/// `write` of `inject_uapi_version`: `MAJOR.MINOR` makes QUERY report that UAPI version (the
+/// test of libumd's version refusal, docs/uapi.md "Versioning"); `0` restores the real one.
+unsafe extern "C" fn uapi_version_write(
+    file: *mut bindings::file,
+    buf: *const c_char,
+    count: usize,
+    _pos: *mut bindings::loff_t,
+) -> isize {
+    // SAFETY: `private_data` is the device's `Gpu` (see `inject_open`).
+    let gpu = unsafe { &*(*file).private_data.cast::<Gpu>() };
+    let mut b = [0u8; 16];
+    let n = count.min(b.len());
+    let mut r = UserSlice::new(UserPtr::from_addr(buf as usize), n).reader();
+    if r.read_slice(&mut b[..n]).is_err() {
+        return EFAULT.to_errno() as isize;
+    }
+    let text = core::str::from_utf8(&b[..n]).unwrap_or("").trim();
+    let part = |p: &str| p.parse::<u16>().ok();
+    let v = match text.split_once('.') {
+        None if text == "0" => 0,
+        Some((a, c)) => match (part(a), part(c)) {
+            (Some(a), Some(c)) => (u64::from(a) << 32) | u64::from(c),
+            _ => return EINVAL.to_errno() as isize,
+        },
+        None => return EINVAL.to_errno() as isize,
+    };
+    gpu.uapi_override.store(v, kernel::sync::atomic::Relaxed);
+    count as isize
+}
+
 static STATUS_FOPS: Fops = fops(text_open::<K_STATUS>, Some(text_read), None, Some(text_release));
 static QUEUES_FOPS: Fops = fops(text_open::<K_QUEUES>, Some(text_read), None, Some(text_release));
 static CLIENTS_FOPS: Fops = fops(text_open::<K_CLIENTS>, Some(text_read), None, Some(text_release));
@@ -181,6 +212,7 @@ static INJ_RESET_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_RESE
 static INJ_BUS_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_FALL_OFF_BUS>), None);
 static INJ_HANG_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_HANG>), None);
 static INJ_FAULT_FOPS: Fops = fops(inject_open, None, Some(inject_write::<I_PAGE_FAULT>), None);
+static INJ_UAPI_FOPS: Fops = fops(inject_open, None, Some(uapi_version_write), None);
 
 /// The operations of a `crash-<n>` file.
 pub(crate) fn crash_fops() -> *const bindings::file_operations {
@@ -206,7 +238,7 @@ pub(crate) unsafe fn create(root: *mut bindings::dentry, gpu: &Arc<Gpu>) {
     // The DRM core's own `clients` table gives way to ours (same role, docs/debugfs.md format).
     // SAFETY: `root` is a live debugfs directory.
     unsafe { bindings::debugfs_lookup_and_remove(c"clients".as_char_ptr(), root) };
-    let files: [(&CStr, u16, &Fops); 10] = [
+    let files: [(&CStr, u16, &Fops); 11] = [
         (c"status", 0o400, &STATUS_FOPS),
         (c"queues", 0o400, &QUEUES_FOPS),
         (c"clients", 0o400, &CLIENTS_FOPS),
@@ -217,6 +249,7 @@ pub(crate) unsafe fn create(root: *mut bindings::dentry, gpu: &Arc<Gpu>) {
         (c"inject_fall_off_bus", 0o200, &INJ_BUS_FOPS),
         (c"inject_hang", 0o200, &INJ_HANG_FOPS),
         (c"inject_page_fault", 0o200, &INJ_FAULT_FOPS),
+        (c"inject_uapi_version", 0o200, &INJ_UAPI_FOPS),
     ];
     for (name, mode, f) in files {
         // SAFETY: `root` is live; `data` outlives the file (function contract); the fops are
@@ -280,24 +313,20 @@ fn status(gpu: &Gpu, out: &mut Text) {
 
 fn queues(gpu: &Gpu, out: &mut Text) {
     let st = gpu.sched_retired();
+    let now = crate::hw::mono_ns();
     for (qi, q) in st.queues.iter().enumerate() {
         let b = regs::queue_base(qi);
-        let state = gpu.hw.read32(b + regs::Q_STATE);
-        let head = gpu.hw.read32(b + regs::Q_HEAD);
-        let cur = gpu.hw.read64(b + regs::Q_CUR_JOB);
-        tprint!(
-            out,
-            "queue={} prio={} state={} head={} tail={} inflight={} jobs={} busy_pct={} cur_job={}\n",
-            qi,
-            dump::prio_name(queue_priority(qi)),
-            regs::qstate_name(state),
-            head,
-            q.tail,
-            q.jobs.len(),
-            q.done,
-            q.busy_pct(crate::hw::mono_ns()),
-            cur
-        );
+        let line = QueueLine {
+            queue: qi,
+            state: gpu.hw.read32(b + regs::Q_STATE),
+            head: gpu.hw.read32(b + regs::Q_HEAD),
+            cur_job: gpu.hw.read64(b + regs::Q_CUR_JOB),
+            tail: q.tail,
+            inflight: q.jobs.len(),
+            done: q.done,
+            busy_pct: q.busy.pct(now),
+        };
+        tprint!(out, "{}\n", line);
     }
 }
 
@@ -324,35 +353,19 @@ fn clients(gpu: &Gpu, out: &mut Text) {
 fn contexts(gpu: &Gpu, out: &mut Text) {
     let st = gpu.sched_retired();
     for (id, c) in st.contexts.iter() {
-        let (pid, comm) = Gpu::owner(&st, *id);
-        tprint!(
-            out,
-            "ctx={} client={} pid={} comm={} queue={} prio={} submitted={} completed={} reset={} hung={}",
-            id,
-            c.client,
-            pid,
-            comm,
-            c.queue,
-            dump::prio_name(c.priority),
-            c.submitted,
-            c.completed,
-            dump::reset_name(c.reset_status),
-            u32::from(c.hung)
-        );
-        if let Some(f) = c.fault {
-            tprint!(
-                out,
-                " fault={} access={} va={:#x} offset={}",
-                regs::fault_kind_name(f.kind),
-                regs::access_name(f.access),
-                f.va,
-                f.offset
-            );
-        }
-        if c.zombie {
-            tprint!(out, " destroyed=1");
-        }
-        tprint!(out, "\n");
+        let line = ContextLine {
+            id: *id,
+            client: c.client,
+            owner: Gpu::owner_of(&st, *id),
+            queue: c.queue,
+            priority: c.priority,
+            submitted: c.submitted,
+            completed: c.completed,
+            reset_status: c.reset_status,
+            ban: c.ban,
+            destroyed: c.zombie,
+        };
+        tprint!(out, "{}\n", line);
     }
 }
 

@@ -114,21 +114,7 @@ fn kernel_release(out: &mut Text) {
     }
 }
 
-pub(crate) fn prio_name(p: u32) -> &'static str {
-    match p {
-        crate::uapi::ioctl::PRIORITY_LOW => "low",
-        crate::uapi::ioctl::PRIORITY_HIGH => "high",
-        _ => "normal",
-    }
-}
-
-pub(crate) fn reset_name(r: u32) -> &'static str {
-    match r {
-        crate::uapi::ioctl::RESET_GUILTY => "guilty",
-        crate::uapi::ioctl::RESET_INNOCENT => "innocent",
-        _ => "none",
-    }
-}
+use crate::rules::names::prio_name;
 
 fn packet_name(p: &packet::Packet, out: &mut Text) {
     use packet::Packet as P;

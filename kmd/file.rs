@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Per-open-file state: the file's GPU address space, its client registration on the device
-//! (contexts, jobs and usage live there, in `gpu.rs`) and the set of this driver's GEM objects
+//! (contexts, jobs and usage live there, in `gpu/`) and the set of this driver's GEM objects
 //! that have a handle in the file (see `gem.rs` for why).
 
 use kernel::{

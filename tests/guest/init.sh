@@ -245,6 +245,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     urc=$?
     echo "GUEST: umd backend_conformance exit $urc"
     [ $urc = 0 ] || rc=1
+    # The driver's rules (rules/ crate) as user space sees them, the same scenarios the host
+    # runs on the simulator: dependency failure, slot exhaustion, loss off the bus (device 1).
+    /bin/driver_rules --test-threads=1
+    drc=$?
+    echo "GUEST: umd driver_rules exit $drc"
+    [ $drc = 0 ] || rc=1
     for t in /bin/pool_*; do
       [ -x "$t" ] || continue
       "$t" --test-threads=1
@@ -298,6 +304,21 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       lrc=$?
       echo "GUEST: umd short_process long-packet exit $lrc"
       [ $lrc = 0 ] || rc=1
+      # libumd refuses a driver of another UAPI major, naming both versions: the debugfs test
+      # hook makes QUERY report 2.0 (docs/uapi.md, "Versioning"), then the real version again.
+      vf=$(ls /sys/kernel/debug/dri/*/inject_uapi_version | head -1)
+      echo 2.0 >"$vf"
+      vout=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)
+      echo 0 >"$vf"
+      vok=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)
+      case "$vout" in
+        *"open UMD_ERR_INIT_VERSION_MISMATCH"*"kernel aigpu UAPI 2.0 cannot be driven by this libumd (UAPI "*)
+          case "$vok" in
+            "short_process: open UMD_SUCCESS"*) echo "GUEST: ok version refusal: $(echo "$vout" | tail -1)" ;;
+            *) echo "GUEST: FAIL version refusal: after restoring the version: $vok"; rc=1 ;;
+          esac ;;
+        *) echo "GUEST: FAIL version refusal: $vout"; rc=1 ;;
+      esac
     fi
     if [ -x /bin/mlp_demo ]; then
       (cd /tmp && /bin/mlp_demo)

@@ -415,9 +415,11 @@ impl<'a> Process<'a> {
             .unwrap_or(kmd_ctx)
     }
 
-    /// The buffers live just before fact index `at`: (ctx, buffer, size, va, alloc record).
-    pub fn live_at(&self, at: usize) -> Vec<(u64, u64, u64, u64, &'a Rec)> {
-        let mut live: Vec<(u64, u64, u64, u64, &'a Rec)> = Vec::new();
+    /// Replays the `alloc` and `free` records before fact index `at`: the buffers still live,
+    /// and the freed ones with their `free` record, in order.
+    fn replay(&self, at: usize) -> Replayed<'a> {
+        let mut live: Vec<Buf<'a>> = Vec::new();
+        let mut freed: Vec<(Buf<'a>, &'a Rec)> = Vec::new();
         for (f, r) in &self.facts[..at.min(self.facts.len())] {
             match f {
                 Fact::Alloc {
@@ -426,39 +428,38 @@ impl<'a> Process<'a> {
                     size,
                     va,
                 } => live.push((*ctx, *buffer, *size, *va, *r)),
-                Fact::Free { buffer } => live.retain(|l| l.1 != *buffer),
-                _ => {}
-            }
-        }
-        live
-    }
-
-    /// The buffer freed before fact index `at` that covered `va`: (ctx, buffer, size, start,
-    /// alloc record, free record).
-    pub fn freed_at(&self, at: usize, va: u64) -> Option<(u64, u64, u64, u64, &'a Rec, &'a Rec)> {
-        let mut allocs: Vec<(u64, u64, u64, u64, &'a Rec)> = Vec::new();
-        let mut hit = None;
-        for (f, r) in &self.facts[..at.min(self.facts.len())] {
-            match f {
-                Fact::Alloc {
-                    ctx,
-                    buffer,
-                    size,
-                    va: start,
-                } => allocs.push((*ctx, *buffer, *size, *start, *r)),
                 Fact::Free { buffer } => {
-                    if let Some(a) = allocs.iter().find(|a| a.1 == *buffer) {
-                        if va >= a.3 && va < a.3 + a.2.max(1) {
-                            hit = Some((a.0, a.1, a.2, a.3, a.4, *r));
-                        }
+                    if let Some(i) = live.iter().position(|l| l.1 == *buffer) {
+                        freed.push((live.remove(i), *r));
                     }
                 }
                 _ => {}
             }
         }
-        hit
+        (live, freed)
+    }
+
+    /// The buffers live just before fact index `at`: (ctx, buffer, size, va, alloc record).
+    pub fn live_at(&self, at: usize) -> Vec<Buf<'a>> {
+        self.replay(at).0
+    }
+
+    /// The buffer freed before fact index `at` that covered `va` (the most recent): (ctx,
+    /// buffer, size, start, alloc record, free record).
+    pub fn freed_at(&self, at: usize, va: u64) -> Option<(u64, u64, u64, u64, &'a Rec, &'a Rec)> {
+        self.replay(at)
+            .1
+            .into_iter()
+            .rev()
+            .find(|(b, _)| va >= b.3 && va < b.3 + b.2.max(1))
+            .map(|(b, fr)| (b.0, b.1, b.2, b.3, b.4, fr))
     }
 }
+
+/// A buffer from its `alloc` record: (ctx, buffer, size, va, the record).
+pub type Buf<'a> = (u64, u64, u64, u64, &'a Rec);
+
+type Replayed<'a> = (Vec<Buf<'a>>, Vec<(Buf<'a>, &'a Rec)>);
 
 /// The facts by process, in the order processes first appear.
 pub fn processes(set: &LogSet) -> Vec<Process<'_>> {

@@ -28,7 +28,9 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<crate::error::detail::umdErrorDetail>() == UMD_ERROR_DETAIL_SIZE_V1 as usize);
     assert!(size_of::<umdDeviceInfo>() == UMD_DEVICE_INFO_SIZE_V1 as usize);
-    assert!(size_of::<umdContextState>() == UMD_CONTEXT_STATE_SIZE_V1 as usize);
+    // Version 2 (libumd 1.2) appended `ban`, `reserved2`, `dep_context_id`, `dep_seqno`.
+    assert!(std::mem::offset_of!(umdContextState, ban) == UMD_CONTEXT_STATE_SIZE_V1 as usize);
+    assert!(size_of::<umdContextState>() == UMD_CONTEXT_STATE_SIZE_V1 as usize + 24);
     assert!(size_of::<super::memory::umdMemAllocInfo>() == UMD_MEM_ALLOC_INFO_SIZE_V1 as usize);
     assert!(size_of::<super::memory::umdMemStats>() == UMD_MEM_STATS_SIZE_V1 as usize);
     assert!(
@@ -82,6 +84,18 @@ pub const UMD_RESET_NONE: u32 = 0;
 pub const UMD_RESET_GUILTY: u32 = 1;
 /// Reset status: caught in another context's reset; its work was resubmitted.
 pub const UMD_RESET_INNOCENT: u32 = 2;
+
+/// `umdContextState.ban`: the context is not banned.
+pub const UMD_BAN_NONE: u32 = 0;
+/// `umdContextState.ban`: one of its jobs faulted (`fault_*` say how).
+pub const UMD_BAN_FAULT: u32 = 1;
+/// `umdContextState.ban`: one of its jobs ran past the job timeout (`hung` is 1).
+pub const UMD_BAN_HANG: u32 = 2;
+/// `umdContextState.ban`: one of its jobs waited on a fence of a context that failed first
+/// (`dep_context_id`, `dep_seqno`); that job did not run.
+pub const UMD_BAN_DEPENDENCY: u32 = 3;
+/// `umdContextState.ban`: its queued work could not be kept across an engine reset.
+pub const UMD_BAN_DROPPED: u32 = 4;
 
 /// Debug fault injection: the next device memory access fails (uncorrectable error).
 pub const UMD_DEBUG_FAULT_MEM_ERROR: u32 = 1;
@@ -173,6 +187,16 @@ pub struct umdContextState {
     pub completed_seqno: u64,
     /// Last submitted sequence number.
     pub submitted_seqno: u64,
+    /// Why the context is banned, `UMD_BAN_*` (after the version-1 fields: a caller with the
+    /// version-1 size does not get it).
+    pub ban: u32,
+    /// Must be ignored.
+    pub reserved2: u32,
+    /// With `UMD_BAN_DEPENDENCY`: the id of the context whose fence will never signal (the id
+    /// error details and log records use; 0 if it is no longer live).
+    pub dep_context_id: u64,
+    /// With `UMD_BAN_DEPENDENCY`: the sequence number of that fence.
+    pub dep_seqno: u64,
 }
 
 /// Arguments of `umdCmdGemmI8`: C[m x n] (+)= A[m x k] * B[k x n]; A, B int8, C int32,
@@ -217,6 +241,11 @@ mod tests {
         assert_eq!(UMD_RESET_NONE, uapi::ioctl::RESET_NONE);
         assert_eq!(UMD_RESET_GUILTY, uapi::ioctl::RESET_GUILTY);
         assert_eq!(UMD_RESET_INNOCENT, uapi::ioctl::RESET_INNOCENT);
+        assert_eq!(UMD_BAN_NONE, uapi::ioctl::BAN_NONE);
+        assert_eq!(UMD_BAN_FAULT, uapi::ioctl::BAN_FAULT);
+        assert_eq!(UMD_BAN_HANG, uapi::ioctl::BAN_HANG);
+        assert_eq!(UMD_BAN_DEPENDENCY, uapi::ioctl::BAN_DEPENDENCY);
+        assert_eq!(UMD_BAN_DROPPED, uapi::ioctl::BAN_DROPPED);
         assert_eq!(UMD_PRIORITY_LOW, uapi::ioctl::PRIORITY_LOW);
         assert_eq!(UMD_PRIORITY_NORMAL, uapi::ioctl::PRIORITY_NORMAL);
         assert_eq!(UMD_PRIORITY_HIGH, uapi::ioctl::PRIORITY_HIGH);

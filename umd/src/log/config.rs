@@ -97,6 +97,7 @@ pub const VARIABLES: &[&str] = &[
     "UMD_SIM_HANG_DEBUG",
     "UMD_SIM_JOB_TIMEOUT_MS",
     "UMD_SIM_MEM_MIB",
+    "UMD_SIM_UAPI",
 ];
 
 pub const FAMILIES: &[&str] = &["UMD_LOG", "UMD_SIM", "UMD_POOL", "UMD_BACK"];
