@@ -692,6 +692,11 @@ typedef struct umdDeviceInfo {
    * Most command buffers in one kernel submit (libumd splits larger batches).
    */
   uint32_t max_cmdbufs_per_submit;
+  /**
+   * Version 2: the PCI address of the function the device is attached to (`0000:00:04.0`,
+   * NUL-terminated); empty when it is not on PCI (a faux device, the simulator).
+   */
+  char pci_address[16];
 } umdDeviceInfo;
 
 /**

@@ -66,6 +66,9 @@ pub struct DeviceView {
     pub name: String,
     /// Render node (machine path).
     pub node: Option<String>,
+    /// PCI address of the function the device is attached to (`0000:00:04.0`, from sysfs:
+    /// `umd::pci`); none on a faux device or the simulator.
+    pub pci: Option<String>,
     /// Can libumd use it.
     pub access: Access,
     /// The query ioctl's answer.
@@ -206,10 +209,14 @@ fn name_of_node(drm: &Result<Vec<DrmEntry>, ReadErr>, node_name: &str) -> Option
 pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
     let mut devs: Vec<DeviceView> = Vec::new();
     let mut add = |name: String, node: Option<String>, access: Access, query: Option<QueryInfo>| {
+        let pci = node
+            .as_deref()
+            .and_then(|n| umd::pci::pci_address_in(&host.path("/sys"), n.rsplit('/').next()?));
         devs.push(DeviceView {
             index: 0,
             name,
             node,
+            pci,
             access,
             query,
             debugfs: None,
@@ -293,6 +300,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
                 index: 0,
                 name,
                 node: None,
+                pci: None,
                 access: Access::No("no render node belongs to it".into()),
                 query: None,
                 debugfs: Some(d.clone()),
@@ -494,6 +502,7 @@ impl SimSession {
                 index: i,
                 name: d.device.clone().unwrap_or_else(|| format!("sim{i}")),
                 node: None,
+                pci: None,
                 access: Access::Sim,
                 query: f.query().ok().map(|q| QueryInfo::from(&q)),
                 debugfs: Some(d),
@@ -633,6 +642,9 @@ fn device_text(d: &DeviceView) -> String {
         d.node.as_deref().unwrap_or("(no render node)"),
         d.state()
     );
+    if let Some(p) = &d.pci {
+        out += &format!("  pci        {p}\n");
+    }
     let st = d.status();
     let hw = st.and_then(|s| s.get("hw"));
     out += &format!(
@@ -848,7 +860,7 @@ fn device_json_base(d: &DeviceView) -> Value {
         .memory()
         .map(|(u, t)| (Some(u), Some(t)))
         .unwrap_or((None, None));
-    json!({
+    let mut v = json!({
         "index": d.index,
         "name": d.name,
         "node": d.node,
@@ -880,5 +892,49 @@ fn device_json_base(d: &DeviceView) -> Value {
             "access": c.access,
             "va": c.va,
         })).collect::<Vec<_>>()),
-    })
+    });
+    // Only on PCI (the recorded faux and simulator devices keep their shape).
+    if let Some(p) = &d.pci {
+        v["pci"] = json!(p);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(pci: Option<&str>) -> DeviceView {
+        DeviceView {
+            index: 0,
+            name: "aigpu0".into(),
+            node: Some("/dev/dri/renderD128".into()),
+            pci: pci.map(str::to_string),
+            access: Access::Offline,
+            query: None,
+            debugfs: None,
+            debugfs_why: None,
+            fdinfo: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_device_on_pci_shows_its_address() {
+        let d = device(Some("0000:00:04.0"));
+        let t = device_text(&d);
+        assert!(
+            t.starts_with(
+                "\nGPU 0: aigpu0  /dev/dri/renderD128  state unknown\n  pci        0000:00:04.0\n"
+            ),
+            "{t}"
+        );
+        assert_eq!(device_json_base(&d)["pci"], json!("0000:00:04.0"));
+    }
+
+    #[test]
+    fn a_device_off_pci_has_no_pci_line_or_field() {
+        let d = device(None);
+        assert!(!device_text(&d).contains("  pci "));
+        assert!(device_json_base(&d).get("pci").is_none());
+    }
 }

@@ -16,6 +16,7 @@ pub mod fork;
 pub mod handle;
 pub mod log;
 pub mod memory;
+pub mod pci;
 pub mod registry;
 pub mod submit;
 pub mod util;

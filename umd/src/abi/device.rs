@@ -127,9 +127,15 @@ pub extern "C" fn umdDeviceGetInfo(device: umdDevice, info: *mut umdDeviceInfo) 
             va_end: q.va_end,
             page_size: q.page_size,
             max_cmdbufs_per_submit: q.max_cmdbufs,
+            pci_address: [0; 16],
         };
         fill_str(&mut v.backend, dev.backend.kind());
-        fill_str(&mut v.location, &dev.backend.location());
+        let location = dev.backend.location();
+        fill_str(&mut v.location, &location);
+        if dev.backend.kind() == "kmd" {
+            let pci = crate::pci::pci_address(std::path::Path::new(&location));
+            fill_str(&mut v.pci_address, pci.as_deref().unwrap_or(""));
+        }
         copy_versioned(&v, info, dst.struct_size);
         Ok(umdResult::UMD_SUCCESS)
     })

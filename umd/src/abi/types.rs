@@ -27,7 +27,9 @@ pub const UMD_LOG_STATS_SIZE_V1: u32 = 96;
 const _: () = {
     use std::mem::size_of;
     assert!(size_of::<crate::error::detail::umdErrorDetail>() == UMD_ERROR_DETAIL_SIZE_V1 as usize);
-    assert!(size_of::<umdDeviceInfo>() == UMD_DEVICE_INFO_SIZE_V1 as usize);
+    // Version 2 (libumd 1.2) appended `pci_address`.
+    assert!(std::mem::offset_of!(umdDeviceInfo, pci_address) == UMD_DEVICE_INFO_SIZE_V1 as usize);
+    assert!(size_of::<umdDeviceInfo>() == UMD_DEVICE_INFO_SIZE_V1 as usize + 16);
     // Version 2 (libumd 1.2) appended `ban`, `reserved2`, `dep_context_id`, `dep_seqno`.
     assert!(std::mem::offset_of!(umdContextState, ban) == UMD_CONTEXT_STATE_SIZE_V1 as usize);
     assert!(size_of::<umdContextState>() == UMD_CONTEXT_STATE_SIZE_V1 as usize + 24);
@@ -159,6 +161,9 @@ pub struct umdDeviceInfo {
     pub page_size: u32,
     /// Most command buffers in one kernel submit (libumd splits larger batches).
     pub max_cmdbufs_per_submit: u32,
+    /// Version 2: the PCI address of the function the device is attached to (`0000:00:04.0`,
+    /// NUL-terminated); empty when it is not on PCI (a faux device, the simulator).
+    pub pci_address: [std::ffi::c_char; 16],
 }
 
 /// Context state. Versioned: set `struct_size = sizeof(umdContextState)` first (at least
