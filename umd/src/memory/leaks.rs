@@ -32,7 +32,6 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
         if i < DETAILED {
             tracing::warn!(
                 ctx = b.ctx_id,
-                event = "leak",
                 buffer = b.id,
                 size = b.size,
                 class = b.alloc_size,
@@ -42,6 +41,7 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
                 site = site
                     .as_deref()
                     .unwrap_or("- (UMD_POOL_HISTORY=N records it)"),
+                event = "leak",
                 "leak: buffer still allocated at {at}; freeing it"
             );
         }
@@ -67,12 +67,12 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
     let unlisted = n.saturating_sub(DETAILED);
     tracing::warn!(
         ctx,
-        event = "leak_summary",
         buffers = n as u64,
         bytes,
         unlisted = unlisted as u64,
         groups = top.len() as u64,
         largest = by_site.as_str(),
+        event = "leak_summary",
         "leak summary: {n} buffers ({bytes} bytes) were still allocated at {at}"
     );
 }
