@@ -27,7 +27,7 @@ fn open_with(uapi: &str) -> String {
     let dir = out_dir().join(format!("version-{uapi}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let run = Command::new(&exe)
+    let run = Command::new(exe)
         .arg("open-detail")
         .env("UMD_BACKEND", "sim")
         .env("UMD_SIM_UAPI", uapi)
