@@ -13,6 +13,7 @@
 //! then the payload, padded to 8 bytes. A header with `SKIP` set means "the rest of the ring up
 //! to its end is unused, continue at its start" (a record is never split at the end).
 
+#[cfg(test)]
 use super::record::Packed;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -88,6 +89,7 @@ pub(crate) fn forget_all() {
 }
 
 /// What `try_push` did.
+#[cfg(test)]
 pub(crate) enum Push {
     /// Published.
     Done,
@@ -125,57 +127,54 @@ impl Lane {
         self.buf
     }
 
-    /// Owner thread only: copies `p` in and publishes it. `kick` is called when the lane has
-    /// just passed half full (the writer should come now rather than at its next poll).
+    /// Owner thread only: room for one record of up to [`LONGEST`] bytes at the write
+    /// position, for the caller to pack its fields into ([`Writer`]) and publish; None when the
+    /// lane is full.
     #[inline]
-    pub(crate) fn try_push<const N: usize>(&self, p: &Packed<N>, kick: impl FnOnce()) -> Push {
-        let body = p.bytes();
-        let total = (HEADER + body.len() + 7) & !7;
+    pub(crate) fn begin(&self) -> Option<Writer<'_>> {
         let cap = self.cap();
-        if total > LONGEST || total as u64 > cap / 4 {
-            return Push::TooLong;
-        }
         let head = self.head.0 .0.load(Ordering::Relaxed);
         let off = head & self.mask;
         let to_end = cap - off;
-        let need = if to_end < total as u64 {
-            to_end + total as u64
-        } else {
-            total as u64
-        };
+        let skip = if to_end < LONGEST as u64 { to_end } else { 0 };
+        let need = skip + LONGEST as u64;
         if head + need - self.head.0 .2.get() > cap {
             self.head.0 .2.set(self.tail.0 .0.load(Ordering::Acquire));
             if head + need - self.head.0 .2.get() > cap {
-                return Push::Full;
+                return None;
             }
         }
-        let mut at = off;
-        if need != total as u64 {
-            // SAFETY: [off, cap) is the producer's (checked room above); 8-aligned.
-            unsafe { (self.base().add(off as usize) as *mut u32).write(SKIP) };
-            at = 0;
+        let at = if skip > 0 { 0 } else { off };
+        Some(Writer {
+            lane: self,
+            head,
+            skip,
+            at,
+            // SAFETY: [at, at + LONGEST) is the producer's (room checked above) and inside the
+            // ring (a record never crosses its end).
+            body: unsafe { self.base().add(at as usize + HEADER) },
+            len: 0,
+            over: false,
+        })
+    }
+
+    /// Owner thread only: copies a packed record in and publishes it (tests; the logging path
+    /// packs straight into the lane).
+    #[cfg(test)]
+    pub(crate) fn try_push<const N: usize>(&self, p: &Packed<N>, kick: impl FnOnce()) -> Push {
+        use super::record::Sink;
+        if p.bytes().len() > BODY_MAX {
+            return Push::TooLong;
         }
-        // SAFETY: [at, at + total) is the producer's: `need` bytes from `head` are free (checked
-        // above) and the record does not cross the end of the ring. Offsets are 8-aligned (every
-        // record's total is a multiple of 8, the ring's size a power of two >= 4096).
-        unsafe {
-            let d = self.base().add(at as usize);
-            (d as *mut u32).write(total as u32);
-            (d.add(4) as *mut u32).write(body.len() as u32);
-            (d.add(8) as *mut usize).write(p.meta as *const Metadata<'static> as usize);
-            (d.add(16) as *mut u64).write(p.mono_ns);
-            std::ptr::copy_nonoverlapping(body.as_ptr(), d.add(HEADER), body.len());
+        let Some(mut w) = self.begin() else {
+            return Push::Full;
+        };
+        w.put(p.bytes());
+        if w.commit(p.meta, p.mono_ns, kick) {
+            Push::Done
+        } else {
+            Push::TooLong
         }
-        let new_head = head + need;
-        self.head.0 .0.store(new_head, Ordering::Release);
-        self.prefetch(new_head);
-        let n = self.head.0 .1.load(Ordering::Relaxed);
-        self.head.0 .1.store(n + 1, Ordering::Relaxed);
-        if new_head - self.head.0 .2.get() > cap / 2 && !self.kicked.load(Ordering::Relaxed) {
-            self.kicked.store(true, Ordering::Relaxed);
-            kick();
-        }
-        Push::Done
     }
 
     /// Asks for the ring's next lines ahead of the next record: they were last read by the
@@ -257,6 +256,101 @@ impl Lane {
             let _ =
                 self.state
                     .compare_exchange(ABANDONED, FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bytes of a record's fields a lane takes.
+const BODY_MAX: usize = LONGEST - HEADER;
+
+/// One record being packed into a lane by its owner thread ([`Lane::begin`]): the fields are
+/// written where the record will be read, so nothing is copied (and no freshly written bytes are
+/// read back). Longer than [`LONGEST`]: `commit` refuses, and the caller uses the shared queue.
+pub(crate) struct Writer<'a> {
+    lane: &'a Lane,
+    head: u64,
+    /// Bytes skipped to the ring's end (a wrap marker is written there at commit).
+    skip: u64,
+    /// Ring offset of the record.
+    at: u64,
+    body: *mut u8,
+    len: usize,
+    over: bool,
+}
+
+impl Writer<'_> {
+    /// Publishes the record; false when it did not fit (nothing was published).
+    #[inline]
+    pub(crate) fn commit(
+        self,
+        meta: &'static Metadata<'static>,
+        stamp: u64,
+        kick: impl FnOnce(),
+    ) -> bool {
+        if self.over {
+            return false;
+        }
+        let l = self.lane;
+        let total = (HEADER + self.len + 7) & !7;
+        // SAFETY: the header and the wrap marker lie in the room `begin` checked; offsets are
+        // 8-aligned (records are multiples of 8, the ring a power of two >= 4096).
+        unsafe {
+            if self.skip > 0 {
+                (l.base().add((self.head & l.mask) as usize) as *mut u32).write(SKIP);
+            }
+            let d = l.base().add(self.at as usize);
+            (d as *mut u32).write(total as u32);
+            (d.add(4) as *mut u32).write(self.len as u32);
+            (d.add(8) as *mut usize).write(meta as *const Metadata<'static> as usize);
+            (d.add(16) as *mut u64).write(stamp);
+        }
+        let new_head = self.head + self.skip + total as u64;
+        l.head.0 .0.store(new_head, Ordering::Release);
+        let n = l.head.0 .1.load(Ordering::Relaxed);
+        l.head.0 .1.store(n + 1, Ordering::Relaxed);
+        l.prefetch(new_head);
+        if new_head - l.head.0 .2.get() > l.cap() / 2 && !l.kicked.load(Ordering::Relaxed) {
+            l.kicked.store(true, Ordering::Relaxed);
+            kick();
+        }
+        true
+    }
+}
+
+impl super::record::Sink for Writer<'_> {
+    #[inline(always)]
+    fn pos(&self) -> usize {
+        self.len
+    }
+    #[inline(always)]
+    fn put(&mut self, b: &[u8]) {
+        if self.over || self.len + b.len() > BODY_MAX {
+            self.over = true;
+            return;
+        }
+        // SAFETY: len + b.len() <= BODY_MAX: inside the reserved room.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.body.add(self.len), b.len()) };
+        self.len += b.len();
+    }
+    #[inline(always)]
+    fn put_word(&mut self, w: u128, used: usize) {
+        if !self.over && self.len + 16 <= BODY_MAX {
+            // SAFETY: len + 16 <= BODY_MAX: inside the reserved room.
+            unsafe {
+                std::ptr::write_unaligned(self.body.add(self.len) as *mut [u8; 16], w.to_le_bytes())
+            };
+            self.len += used;
+        } else {
+            self.put(&w.to_le_bytes()[..used]);
+        }
+    }
+    #[inline(always)]
+    fn patch_len(&mut self, at: usize, n: u16) {
+        if !self.over && at + 2 <= self.len {
+            // SAFETY: at + 2 <= len: bytes already written in the reserved room.
+            unsafe {
+                std::ptr::write_unaligned(self.body.add(at) as *mut [u8; 2], n.to_le_bytes())
+            };
         }
     }
 }

@@ -640,10 +640,6 @@ fn ring_event(event: &Event<'_>, mono_ns: u64, tid: u32) {
     ring::push(&line[..n]);
 }
 
-/// Inline bytes of the caller's packed record (on its stack; only the used bytes are copied into
-/// the lane).
-const LANE_INLINE: usize = 232;
-
 #[inline]
 fn on_event(event: &Event<'_>, tid: u32, on_writer: bool, lane: *const lane::Lane) {
     let meta = event.metadata();
@@ -657,10 +653,8 @@ fn on_event(event: &Event<'_>, tid: u32, on_writer: bool, lane: *const lane::Lan
     } else {
         clock::stamp()
     };
-    let mut r = Packed::<LANE_INLINE>::new(meta, stamp, tid);
-    event.record(&mut r);
     if on_writer {
-        writer::push_local(r.to_queued());
+        writer::push_local(packed(event, stamp, tid));
         return;
     }
     let p = match pipeline() {
@@ -684,12 +678,22 @@ fn on_event(event: &Event<'_>, tid: u32, on_writer: bool, lane: *const lane::Lan
         None => new_lane(p, tid),
     };
     match lane {
-        Some(l) => push_lane(p, l, &r, error),
-        None => enqueue(p, r.to_queued(), error),
+        Some(l) => match l.begin() {
+            Some(w) => publish(p, w, event, stamp, tid, error),
+            None => lane_full(p, l, event, stamp, tid, error),
+        },
+        None => enqueue(p, packed(event, stamp, tid), error),
     }
     if error && !p.error_flush.is_zero() {
         let _ = flush(p.error_flush, false);
     }
+}
+
+/// The event in the shared queue's form.
+fn packed(event: &Event<'_>, stamp: u64, tid: u32) -> Packed {
+    let mut r = Packed::new(event.metadata(), stamp, tid);
+    event.record(&mut r);
+    r
 }
 
 #[cold]
@@ -700,15 +704,22 @@ fn new_lane(p: &Pipeline, tid: u32) -> Option<&'static lane::Lane> {
     Some(l)
 }
 
-/// Publishes `r` in the calling thread's lane; when it is full, waits or drops as the overflow
-/// policy says (every drop counted).
+/// Packs the event into the lane room `w` and publishes it; a record too long for a lane goes
+/// through the shared queue.
 #[inline]
-fn push_lane(p: &Pipeline, l: &lane::Lane, r: &Packed<LANE_INLINE>, error: bool) {
-    let kick = || p.writer.unpark();
-    match l.try_push(r, kick) {
-        lane::Push::Done => wake(p, error),
-        lane::Push::Full => lane_full(p, l, r, error),
-        lane::Push::TooLong => enqueue(p, r.to_queued(), error),
+fn publish(
+    p: &Pipeline,
+    mut w: lane::Writer<'_>,
+    event: &Event<'_>,
+    stamp: u64,
+    tid: u32,
+    error: bool,
+) {
+    event.record(&mut record::Encoder(&mut w));
+    if w.commit(event.metadata(), stamp, || p.writer.unpark()) {
+        wake(p, error);
+    } else {
+        enqueue(p, packed(event, stamp, tid), error);
     }
 }
 
@@ -725,7 +736,7 @@ fn wake(p: &Pipeline, error: bool) {
 
 #[cold]
 #[inline(never)]
-fn lane_full(p: &Pipeline, l: &lane::Lane, r: &Packed<LANE_INLINE>, error: bool) {
+fn lane_full(p: &Pipeline, l: &lane::Lane, event: &Event<'_>, stamp: u64, tid: u32, error: bool) {
     p.writer.unpark();
     // In the default drop mode nothing waits, an ERROR neither: it is already in the emergency
     // ring (and so in any black box), and the drop is counted and said.
@@ -743,11 +754,13 @@ fn lane_full(p: &Pipeline, l: &lane::Lane, r: &Packed<LANE_INLINE>, error: bool)
             } else {
                 std::thread::sleep(Duration::from_micros(50));
             }
-            match l.try_push(r, || {}) {
-                lane::Push::Done => return wake(p, error),
-                _ if STATE.load(Ordering::Acquire) != READY || Instant::now() >= until => break,
-                _ => p.writer.unpark(),
+            if let Some(w) = l.begin() {
+                return publish(p, w, event, stamp, tid, error);
             }
+            if STATE.load(Ordering::Acquire) != READY || Instant::now() >= until {
+                break;
+            }
+            p.writer.unpark();
         }
     }
     STATS.dropped.fetch_add(1, Ordering::Relaxed);

@@ -270,6 +270,19 @@ const T_STR: u8 = 5;
 /// String formatted in place (`Debug`/`Display`), with a fixed two-byte length.
 const T_FMT: u8 = 6;
 
+/// Where packed fields are written: a [`Packed`] record, or a caller's lane directly
+/// (`lane::Writer`). The encoding (the [`Visit`] methods of [`Encoder`]) is the same for both.
+pub(crate) trait Sink {
+    /// Bytes written so far.
+    fn pos(&self) -> usize;
+    /// Appends `b`.
+    fn put(&mut self, b: &[u8]);
+    /// Appends the first `used` bytes of `w` (little-endian).
+    fn put_word(&mut self, w: u128, used: usize);
+    /// Overwrites the two bytes at `at` with `n` (a length written before its bytes).
+    fn patch_len(&mut self, at: usize, n: u16);
+}
+
 /// The queued form of a record, as small as possible because the caller pays for every cache
 /// line it writes into the queue slot (the slot was last touched by the writer thread on another
 /// core). Fields are appended as `[field index][type][payload]` with varint integers; names, and
@@ -288,15 +301,43 @@ pub struct Packed<const N: usize = PACKED_INLINE> {
     spill: Vec<u8>,
 }
 
-fn varint(buf: &mut [u8; 12], at: usize, mut v: u64) -> usize {
-    let mut i = at;
+/// A field's `[index][type]` bytes as the low 16 bits of a word.
+#[inline(always)]
+fn head_word(field: &Field, tag: u8) -> u128 {
+    field.index().min(255) as u128 | (tag as u128) << 8
+}
+
+/// `v` as a varint in the low bytes of a word, and its length (1..=10).
+#[inline(always)]
+fn varint_word(mut v: u64) -> (u128, usize) {
+    let mut w = 0u128;
+    let mut i = 0;
     while v >= 0x80 {
-        buf[i] = (v as u8) | 0x80;
+        w |= (((v as u8) | 0x80) as u128) << (8 * i);
         v >>= 7;
         i += 1;
     }
-    buf[i] = v as u8;
-    i + 1
+    (w | (v as u128) << (8 * i), i + 1)
+}
+
+/// Up to 16 bytes as the low bytes of a word, read with at most two overlapping loads.
+#[inline(always)]
+fn short_bytes(b: &[u8]) -> u128 {
+    let n = b.len();
+    let word = |s: &[u8]| {
+        let mut a = [0u8; 8];
+        a[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(a) as u128
+    };
+    if n >= 8 {
+        word(&b[..8]) | word(&b[n - 8..]) << (8 * (n - 8))
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u128;
+        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) as u128;
+        lo | hi << (8 * (n - 4))
+    } else {
+        word(b)
+    }
 }
 
 fn read_varint(b: &[u8], i: &mut usize) -> Option<u64> {
@@ -364,20 +405,24 @@ impl<const N: usize> Packed<N> {
         }
     }
 
-    /// Appends the first `used` bytes of `b`. With room for all of `b` it stores the whole
-    /// array in one fixed-size write (no call to memcpy) and advances by `used` only.
+    /// Appends the first `used` bytes of `w` (little-endian). The value is built in registers
+    /// and stored with one 16-byte write: assembling it byte by byte in memory and copying it
+    /// would make the copy wait for the byte stores (a store-forwarding stall per field).
     #[inline(always)]
-    fn put_fixed<const K: usize>(&mut self, b: &[u8; K], used: usize) {
+    fn put_word(&mut self, w: u128, used: usize) {
         let at = self.len as usize;
-        if self.spill.is_empty() && at + K <= N {
-            // SAFETY: at + K <= N, so the K-byte store is in bounds; MaybeUninit<u8>
-            // has the layout of u8 and [u8; K] has alignment 1.
+        if self.spill.is_empty() && at + 16 <= N {
+            // SAFETY: at + 16 <= N, so the 16-byte store is in bounds; MaybeUninit<u8> has the
+            // layout of u8.
             unsafe {
-                std::ptr::write_unaligned(self.inline.as_mut_ptr().add(at).cast::<[u8; K]>(), *b);
+                std::ptr::write_unaligned(
+                    self.inline.as_mut_ptr().add(at).cast::<[u8; 16]>(),
+                    w.to_le_bytes(),
+                );
             }
             self.len += used as u16;
         } else {
-            self.put(&b[..used]);
+            self.put(&w.to_le_bytes()[..used]);
         }
     }
 
@@ -401,14 +446,6 @@ impl<const N: usize> Packed<N> {
         } else {
             self.spill[at..at + 2].copy_from_slice(&b);
         }
-    }
-
-    #[inline]
-    fn head(field: &Field, tag: u8) -> [u8; 12] {
-        let mut e = [0u8; 12];
-        e[0] = field.index().min(255) as u8;
-        e[1] = tag;
-        e
     }
 
     /// Decodes into a typed record (writer thread).
@@ -487,10 +524,29 @@ pub fn unpack<const N: usize>(
     }
 }
 
-/// `fmt::Write` into a [`Packed`] (Debug / Display values).
-struct PackedWriter<'a, const N: usize>(&'a mut Packed<N>, usize);
+impl<const N: usize> Sink for Packed<N> {
+    #[inline(always)]
+    fn pos(&self) -> usize {
+        Packed::pos(self)
+    }
+    #[inline(always)]
+    fn put(&mut self, b: &[u8]) {
+        Packed::put(self, b)
+    }
+    #[inline(always)]
+    fn put_word(&mut self, w: u128, used: usize) {
+        Packed::put_word(self, w, used)
+    }
+    #[inline(always)]
+    fn patch_len(&mut self, at: usize, n: u16) {
+        Packed::patch_len(self, at, n)
+    }
+}
 
-impl<const N: usize> fmt::Write for PackedWriter<'_, N> {
+/// `fmt::Write` into a [`Sink`] (Debug / Display values).
+struct SinkWriter<'a, S: Sink>(&'a mut S, usize);
+
+impl<S: Sink> fmt::Write for SinkWriter<'_, S> {
     #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let room = (u16::MAX as usize).saturating_sub(self.1);
@@ -504,69 +560,73 @@ impl<const N: usize> fmt::Write for PackedWriter<'_, N> {
     }
 }
 
-impl<const N: usize> Visit for Packed<N> {
+/// Packs the fields of an event into a [`Sink`] (`[field index][type][payload]`).
+pub(crate) struct Encoder<'a, S: Sink>(pub &'a mut S);
+
+impl<S: Sink> Visit for Encoder<'_, S> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let e = Self::head(field, T_FMT);
-        self.put_fixed(&e, 4);
-        let at = self.pos() - 2;
-        let mut w = PackedWriter(self, 0);
+        self.0.put_word(head_word(field, T_FMT), 4);
+        let at = self.0.pos() - 2;
+        let mut w = SinkWriter(&mut *self.0, 0);
         let _ = write!(w, "{value:?}");
         let n = w.1 as u16;
-        self.patch_len(at, n);
+        self.0.patch_len(at, n);
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         let mut n = value.len().min(u16::MAX as usize);
         while !value.is_char_boundary(n) {
             n -= 1;
         }
-        if n <= 16 {
-            // Short strings (codes, names) in one fixed-size store, without a call to memcpy.
-            let b = value.as_bytes();
-            let mut e = [0u8; 20];
-            e[..2].copy_from_slice(&Self::head(field, T_STR)[..2]);
-            e[2] = n as u8;
-            if n >= 8 {
-                e[3..11].copy_from_slice(&b[..8]);
-                e[n - 5..n + 3].copy_from_slice(&b[n - 8..n]);
-            } else if n >= 4 {
-                e[3..7].copy_from_slice(&b[..4]);
-                e[n - 1..n + 3].copy_from_slice(&b[n - 4..n]);
-            } else {
-                e[3..3 + n].copy_from_slice(&b[..n]);
-            }
-            self.put_fixed(&e, 3 + n);
+        if n <= 13 {
+            // Short strings (codes, names): header, length and bytes in one 16-byte store.
+            let w = head_word(field, T_STR)
+                | (n as u128) << 16
+                | short_bytes(&value.as_bytes()[..n]) << 24;
+            self.0.put_word(w, 3 + n);
             return;
         }
-        if n < 128 {
-            let mut e = Self::head(field, T_STR);
-            e[2] = n as u8;
-            self.put_fixed(&e, 3);
-            self.put(&value.as_bytes()[..n]);
-            return;
-        }
-        let mut e = Self::head(field, T_STR);
-        let k = varint(&mut e, 2, n as u64);
-        self.put(&e[..k]);
-        self.put(&value.as_bytes()[..n]);
+        let (v, k) = varint_word(n as u64);
+        self.0.put_word(head_word(field, T_STR) | v << 16, 2 + k);
+        self.0.put(&value.as_bytes()[..n]);
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let mut e = Self::head(field, T_U64);
-        let k = varint(&mut e, 2, value);
-        self.put_fixed(&e, k);
+        let (v, k) = varint_word(value);
+        self.0.put_word(head_word(field, T_U64) | v << 16, 2 + k);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let mut e = Self::head(field, T_I64);
-        let k = varint(&mut e, 2, ((value << 1) ^ (value >> 63)) as u64);
-        self.put_fixed(&e, k);
+        let (v, k) = varint_word(((value << 1) ^ (value >> 63)) as u64);
+        self.0.put_word(head_word(field, T_I64) | v << 16, 2 + k);
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        let mut e = Self::head(field, T_F64);
-        e[2..10].copy_from_slice(&value.to_le_bytes());
-        self.put_fixed(&e, 10);
+        self.0.put_word(
+            head_word(field, T_F64) | (value.to_bits() as u128) << 16,
+            10,
+        );
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        let e = Self::head(field, if value { T_TRUE } else { T_FALSE });
-        self.put_fixed(&e, 2);
+        self.0
+            .put_word(head_word(field, if value { T_TRUE } else { T_FALSE }), 2);
+    }
+}
+
+impl<const N: usize> Visit for Packed<N> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        Encoder(self).record_debug(field, value)
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        Encoder(self).record_str(field, value)
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        Encoder(self).record_u64(field, value)
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        Encoder(self).record_i64(field, value)
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        Encoder(self).record_f64(field, value)
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        Encoder(self).record_bool(field, value)
     }
 }
 
@@ -652,6 +712,36 @@ mod tests {
         }
         assert!(line(&int, false).ends_with("\"alloc\" va=0x200000 size=4096\n"));
         assert!(line(&int, true).contains("\"fields\":{\"va\":\"0x200000\",\"size\":4096}"));
+    }
+
+    #[test]
+    fn integers_of_every_length_round_trip() {
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&META);
+        static META: Metadata<'static> = tracing::metadata!(
+            name: "t",
+            target: "t",
+            level: tracing::Level::INFO,
+            fields: &["u", "i"],
+            callsite: &CS,
+            kind: tracing::metadata::Kind::EVENT,
+        );
+        let f = |n: &str| META.fields().field(n).unwrap();
+        for k in 0..64 {
+            for (u, i) in [
+                (1u64 << k, (1i64 << k).wrapping_neg()),
+                ((1u64 << k) - 1, (1i64 << k).wrapping_sub(1)),
+            ] {
+                for (u, i) in [(u, i), (u64::MAX, i64::MIN), (0, i64::MAX)] {
+                    let mut p: Packed = Packed::new(&META, 0, 0);
+                    p.record_u64(&f("u"), u);
+                    p.record_i64(&f("i"), i);
+                    let mut r = Record::<64>::new(&META, true);
+                    p.unpack(&mut r);
+                    assert_eq!(r.kvs(), [("u", Val::U64(u)), ("i", Val::I64(i))]);
+                }
+            }
+        }
     }
 
     #[test]

@@ -163,6 +163,9 @@ struct Src {
     next: Option<u64>,
 }
 
+/// Records per round above which the writer goes straight on to the next round.
+const FULL_BATCH: usize = 256;
+
 /// Records read from a lane before its space is handed back to the producer (so a long drain
 /// does not keep a blocked producer waiting until its end).
 const RELEASE_EVERY: u64 = 256;
@@ -269,8 +272,18 @@ impl Writer {
                 self.periodic(now);
                 self.next_flush = now + self.flush_interval;
             }
-            if n > 0 {
+            if n >= FULL_BATCH {
                 idle = 0;
+                continue;
+            }
+            if n > 0 {
+                // A trickle: come back in a millisecond rather than at once. Draining a lane
+                // right behind its producer moves the same cache lines (the record being
+                // written, the lane's head) back and forth between the two cores for every
+                // record, which costs the logging thread more than the records themselves; a
+                // lane that passes half full, an ERROR and a flush wake the writer at once.
+                idle = 0;
+                std::thread::park_timeout(Duration::from_millis(1));
                 continue;
             }
             idle += 1;
