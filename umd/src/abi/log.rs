@@ -157,6 +157,11 @@ pub extern "C" fn umdLogSetLevel(module: *const c_char, level: i32, sinks: u32) 
             }
         }
         log::set_level(module, lvl, sinks);
+        log::story::set_by_api(
+            "log",
+            &format!("{}={level}", module.unwrap_or("")),
+            "umdLogSetLevel",
+        );
         Ok(umdResult::UMD_SUCCESS)
     })
 }
@@ -172,6 +177,7 @@ pub extern "C" fn umdLogSetFilter(sinks: u32, filter: *const c_char) -> umdResul
         let spec = opt_str(filter, "filter")?.ok_or_else(|| super::null("filter"))?;
         log::set_filter(sinks, spec)
             .map_err(|e| UmdError::new(umdResult::UMD_ERR_LOG_BAD_FILTER, format!("{e}.")))?;
+        log::story::set_by_api("log", spec, "umdLogSetFilter");
         Ok(umdResult::UMD_SUCCESS)
     })
 }

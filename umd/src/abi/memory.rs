@@ -543,6 +543,11 @@ pub extern "C" fn umdMemSetReleaseThreshold(device: umdDevice, bytes: u64) -> um
     guard("umdMemSetReleaseThreshold", || {
         let (dev, pool) = device_pool(device)?;
         pool.set_release_threshold(&dev, bytes);
+        crate::log::story::set_by_api(
+            "pool_release_threshold",
+            &bytes.to_string(),
+            "umdMemSetReleaseThreshold",
+        );
         Ok(umdResult::UMD_SUCCESS)
     })
 }

@@ -17,6 +17,8 @@ pub enum Source {
     Default,
     /// An environment variable.
     Environment,
+    /// A call of the C ABI.
+    Api,
 }
 
 impl Source {
@@ -25,6 +27,7 @@ impl Source {
         match self {
             Source::Default => "default",
             Source::Environment => "environment",
+            Source::Api => "api",
         }
     }
 
@@ -191,6 +194,19 @@ pub fn started(r: &UmdResult<Resolved>) {
         }
         at_exit();
     });
+}
+
+/// A setting changed through the C ABI after the start: one `setting` record with `src=api`
+/// (`name` as in the start's records; `value` as the call gave it).
+pub fn set_by_api(name: &str, value: &str, call: &str) {
+    tracing::info!(
+        event = "setting",
+        name,
+        value,
+        src = Source::Api.name(),
+        call,
+        "setting"
+    );
 }
 
 /// Registers [`exited`] with glibc's `on_exit` (declared here, inside the function, so that the
