@@ -307,9 +307,24 @@ fn head_word(field: &Field, tag: u8) -> u128 {
     field.index().min(255) as u128 | (tag as u128) << 8
 }
 
-/// `v` as a varint in the low bytes of a word, and its length (1..=10).
+/// `v` as a varint in the low bytes of a word, and its length (1..=10). Values below 2^56 (all
+/// but hashes and sentinels) are assembled in a 64-bit register.
 #[inline(always)]
-fn varint_word(mut v: u64) -> (u128, usize) {
+fn varint_word(v: u64) -> (u128, usize) {
+    if v < 1 << 56 {
+        let (mut w, mut x, mut i) = (0u64, v, 0);
+        while x >= 0x80 {
+            w |= ((x & 0x7f) | 0x80) << (8 * i);
+            x >>= 7;
+            i += 1;
+        }
+        return ((w | x << (8 * i)) as u128, i + 1);
+    }
+    varint_word_wide(v)
+}
+
+#[cold]
+fn varint_word_wide(mut v: u64) -> (u128, usize) {
     let mut w = 0u128;
     let mut i = 0;
     while v >= 0x80 {
