@@ -255,6 +255,20 @@ fn module_not_loaded() {
 }
 
 #[test]
+fn memory_size_set_too_small_is_configuration() {
+    staged("small_memory");
+}
+
+#[test]
+fn module_not_loaded_and_the_automatic_fallback() {
+    if Path::new("/sys/module/aigpu").exists() {
+        eprintln!("skipped: aigpu is loaded here");
+        return;
+    }
+    staged("module_not_loaded_auto");
+}
+
+#[test]
 fn expect_files_parse() {
     let p = pairs("kind=page_fault packet=offset 0 fix~=the device pointer");
     assert_eq!(

@@ -93,6 +93,7 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
                 );
             }
             "UMD_ERR_MEM_OUT_OF_MEMORY" => out.push(oom(p, i, ctx, function)),
+            "UMD_ERR_MEM_TOO_LARGE" => out.push(too_large(p, i, ctx, function)),
             c if c.starts_with("UMD_ERR_INIT_")
                 || c == "UMD_ERR_DEVICE_LOST"
                 || c == "UMD_ERR_CTX_LOST" => {}
@@ -138,10 +139,13 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
     out
 }
 
-/// An out-of-memory: who was refused, and who holds the memory.
-fn oom(p: &Process<'_>, i: usize, ctx: u64, function: &str) -> Finding {
-    let r = p.facts[i].1;
-    let said = p.facts[..i].iter().rev().find_map(|(f, r)| match f {
+/// The `oom` record before fact `i` for context `ctx`: (size, device memory, holders, record).
+fn oom_record<'a>(
+    p: &Process<'a>,
+    i: usize,
+    ctx: u64,
+) -> Option<(u64, u64, Vec<(u64, u64)>, &'a crate::umdlog::Rec)> {
+    p.facts[..i].iter().rev().find_map(|(f, r)| match f {
         Fact::Oom {
             ctx: c,
             size,
@@ -149,7 +153,41 @@ fn oom(p: &Process<'_>, i: usize, ctx: u64, function: &str) -> Finding {
             holders,
         } if *c == ctx => Some((*size, *mem_total, holders.clone(), *r)),
         _ => None,
-    });
+    })
+}
+
+/// A request larger than the whole device.
+fn too_large(p: &Process<'_>, i: usize, ctx: u64, function: &str) -> Finding {
+    let r = p.facts[i].1;
+    let said = oom_record(p, i, ctx);
+    let mut e = vec![log_ev(r)];
+    if let Some(x) = &said {
+        e.insert(0, log_ev(x.3));
+    }
+    finding(
+        format!(
+            "context {ctx} (pid {}) asked {function} for {}, more than the device's {} in all: it can never succeed",
+            pid_s(p),
+            said.as_ref().map_or("?".into(), |x| bytes(x.0)),
+            said.as_ref().map_or("?".into(), |x| bytes(x.1)),
+        ),
+        e,
+    )
+    .with(Facts {
+        kind: "too_large",
+        pid: pid64(p),
+        ctx: Some(ctx),
+        call: Some(function.to_string()),
+        size: said.as_ref().map(|x| x.0),
+        fix: "split the allocation, or run where the device has the memory (check the configured memory size)".into(),
+        ..Facts::default()
+    })
+}
+
+/// An out-of-memory: who was refused, and who holds the memory.
+fn oom(p: &Process<'_>, i: usize, ctx: u64, function: &str) -> Finding {
+    let r = p.facts[i].1;
+    let said = oom_record(p, i, ctx);
     let mut e = vec![log_ev(r)];
     let Some((size, total, holders, or)) = said else {
         return finding(

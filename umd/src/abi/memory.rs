@@ -236,18 +236,18 @@ pub extern "C" fn umdMemAllocEx(
     })
 }
 
-/// On an out-of-memory failure, the `oom` record: what each context of the device holds
-/// (`holders`: `ctx:bytes` by size, largest first), so the reader sees who has the memory, not
-/// only who was refused it (docs/tools.md, "Fact records").
+/// On an out-of-memory (or larger-than-the-device) failure, the `oom` record: what each context
+/// of the device holds (`holders`: `ctx:bytes` by size, largest first), so the reader sees who
+/// has the memory, not only who was refused it (docs/tools.md, "Fact records").
 #[cold]
 fn said_oom<T>(
     ctx: &crate::context::Context,
     size: u64,
     r: crate::error::UmdResult<T>,
 ) -> crate::error::UmdResult<T> {
-    if r.as_ref()
-        .is_err_and(|e| e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY)
-    {
+    if r.as_ref().is_err_and(|e| {
+        e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY || e.code == umdResult::UMD_ERR_MEM_TOO_LARGE
+    }) {
         let mut held: Vec<(u64, u64)> = CONTEXTS
             .live()
             .into_iter()
