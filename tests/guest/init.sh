@@ -251,6 +251,14 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     drc=$?
     echo "GUEST: umd driver_rules exit $drc"
     [ $drc = 0 ] || rc=1
+    # The same rules through the C ABI, programs written from the header: a pipeline whose
+    # producer faults (nothing runs on its output), and a batch failing in a later part.
+    for p in dependency batch; do
+      (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/$p)
+      prc=$?
+      echo "GUEST: umd $p exit $prc"
+      [ $prc = 0 ] || rc=1
+    done
     for t in /bin/pool_*; do
       [ -x "$t" ] || continue
       "$t" --test-threads=1

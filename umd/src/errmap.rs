@@ -44,7 +44,9 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
         }
         (Op::Wait, r::FENCE_NOT_SUBMITTED) => UMD_ERR_SYNC_FENCE_NEVER_SUBMITTED,
         (Op::Wait, _) if e.errno == libc::ETIMEDOUT => UMD_ERR_SYNC_TIMEOUT,
-        (Op::Wait, _) if e.errno == libc::EINTR => UMD_ERR_SYNC_INTERRUPTED,
+        // A blocking submit waits for ring space: a signal interrupts it like a wait (nothing
+        // was queued).
+        (Op::Wait | Op::Submit, _) if e.errno == libc::EINTR => UMD_ERR_SYNC_INTERRUPTED,
         _ if e.errno == libc::ENOMEM => UMD_ERR_MEM_OUT_OF_MEMORY,
         _ => UMD_ERR_INTERNAL_KMD_UNEXPECTED,
     }

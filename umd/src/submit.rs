@@ -101,12 +101,30 @@ pub fn submit(
         .pool
         .check_and_pin(dev, &list)
         .map_err(|e| e.ctx(ctx.id))?;
-    let submitted = submit_chunks(ctx, &descs, &fences);
-    match &submitted {
-        Ok(seqno) => ctx.pool.stamp(&pinned, ctx.acct, *seqno),
-        Err(_) => ctx.pool.unpin(&pinned),
-    }
-    let seqno = submitted?;
+    let seqno = match submit_chunks(ctx, &descs, &fences) {
+        Ok(seqno) => {
+            ctx.pool.stamp(&pinned, ctx.acct, seqno);
+            seqno
+        }
+        Err(Failed { error, queued: None }) => {
+            ctx.pool.unpin(&pinned);
+            return Err(error);
+        }
+        Err(Failed {
+            error,
+            queued: Some(last),
+        }) => {
+            // Earlier parts are in the rings and may still run: the blocks they use stay
+            // pinned until their fence, and their command buffers stay alive, exactly as for a
+            // submit that succeeded; the caller learns that only a part was queued.
+            ctx.pool.stamp(&pinned, ctx.acct, last);
+            ctx.last_seqno.store(last, Ordering::Release);
+            if let Ok(mut q) = ctx.inflight.lock() {
+                q.push_back((last, keep));
+            }
+            return Err(error);
+        }
+    };
     ctx.last_seqno.store(seqno, Ordering::Release);
     let backlog = ctx.inflight.lock().map(|mut q| {
         q.push_back((seqno, keep));
@@ -130,13 +148,31 @@ pub fn submit(
     Ok(seqno)
 }
 
-/// The kernel submits (one per `MAX_CMDBUFS` command buffers); the last one's seqno.
-fn submit_chunks(ctx: &Arc<Context>, descs: &[Cmdbuf], fences: &[Fence]) -> UmdResult<u64> {
+/// A submit that failed in its part `queued.is_some()`: the parts before it are queued (their
+/// last fence is `queued`).
+struct Failed {
+    error: UmdError,
+    queued: Option<u64>,
+}
+
+/// The kernel submits (one per `MAX_CMDBUFS` command buffers); the last one's seqno. A part the
+/// kernel refused because a signal interrupted its wait for ring space queued nothing (docs/kmd.md,
+/// SUBMIT): the first part's interruption is the caller's (`UMD_ERR_SYNC_INTERRUPTED`, nothing
+/// queued); a later part is submitted again, so that a signal never leaves a batch half queued.
+fn submit_chunks(ctx: &Arc<Context>, descs: &[Cmdbuf], fences: &[Fence]) -> Result<u64, Failed> {
     let dev = &ctx.device;
     let mut seqno = 0;
+    let parts = descs.len().div_ceil(MAX_CMDBUFS as usize);
     for (n, chunk) in descs.chunks(MAX_CMDBUFS as usize).enumerate() {
         let ins: &[Fence] = if n == 0 { fences } else { &[] };
-        seqno = dev.backend.submit(ctx.kmd_id, chunk, ins, 0).map_err(|e| {
+        let attempt = loop {
+            match dev.backend.submit(ctx.kmd_id, chunk, ins, 0) {
+                Err(e) if e.reason == uapi::reason::INTERRUPTED && n > 0 => continue,
+                r => break r,
+            }
+        };
+        let queued = (n > 0).then_some(seqno);
+        seqno = attempt.map_err(|e| {
             let index = n * MAX_CMDBUFS as usize + e.bad_index as usize;
             let what = match e.reason {
                 uapi::reason::PACKET_MALFORMED | uapi::reason::PACKET_HANG_DISABLED => {
@@ -183,7 +219,15 @@ fn submit_chunks(ctx: &Arc<Context>, descs: &[Cmdbuf], fences: &[Fence]) -> UmdR
                 );
                 err.fault_va = va;
             }
-            err
+            if let Some(last) = queued {
+                let first = n * MAX_CMDBUFS as usize;
+                err.message = format!(
+                    "only part of the batch was queued: command buffers 0..{first} (parts 1..{n} of {parts}) are queued as fence seqno {last} and may still run; command buffers {first}..{} were not. {}",
+                    descs.len(),
+                    err.message
+                );
+            }
+            Failed { error: err, queued }
         })?;
     }
     Ok(seqno)
