@@ -139,12 +139,11 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
     out
 }
 
-/// The `oom` record before fact `i` for context `ctx`: (size, device memory, holders, record).
-fn oom_record<'a>(
-    p: &Process<'a>,
-    i: usize,
-    ctx: u64,
-) -> Option<(u64, u64, Vec<(u64, u64)>, &'a crate::umdlog::Rec)> {
+/// What an `oom` record says: (size, device memory, holders, the record).
+type OomSaid<'a> = (u64, u64, Vec<(u64, u64)>, &'a crate::umdlog::Rec);
+
+/// The `oom` record before fact `i` for context `ctx`.
+fn oom_record<'a>(p: &Process<'a>, i: usize, ctx: u64) -> Option<OomSaid<'a>> {
     p.facts[..i].iter().rev().find_map(|(f, r)| match f {
         Fact::Oom {
             ctx: c,
