@@ -33,6 +33,20 @@ fn ticks() -> u64 {
     umd::error::detail::mono_ns()
 }
 
+/// The measured record (the same fields as spdlog_bench.cpp's), with extra fields at the end.
+macro_rules! record {
+    ($($extra:tt)*) => {
+        tracing::info!(
+            ctx = 7u64,
+            code = "UMD_SUCCESS",
+            function = "umdMemAlloc",
+            bytes = 4096u64,
+            $($extra)*,
+            "buffer allocated"
+        )
+    };
+}
+
 fn ticks_per_ns() -> f64 {
     let (t0, c0) = (Instant::now(), ticks());
     std::thread::sleep(Duration::from_millis(100));
@@ -95,15 +109,7 @@ fn latency(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
                         }
                         let a = ticks();
                         for g in 0..GROUP {
-                            tracing::info!(
-                                ctx = 7u64,
-                                code = "UMD_SUCCESS",
-                                function = "umdMemAlloc",
-                                bytes = 4096u64,
-                                va = (i + g) as u64,
-                                t,
-                                "buffer allocated"
-                            );
+                            record!(va = (i + g) as u64, t);
                         }
                         let b = ticks();
                         v.push((b - a).saturating_sub(ovh));
@@ -136,14 +142,7 @@ const GROUP: u32 = 8;
 fn throughput(records: u64) -> f64 {
     let t0 = Instant::now();
     for i in 0..records {
-        tracing::info!(
-            ctx = 7u64,
-            code = "UMD_SUCCESS",
-            function = "umdMemAlloc",
-            bytes = 4096u64,
-            va = i,
-            "buffer allocated"
-        );
+        record!(va = i);
     }
     let _ = umd::log::flush(Duration::from_secs(120), false);
     records as f64 / t0.elapsed().as_secs_f64()

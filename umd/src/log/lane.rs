@@ -453,15 +453,7 @@ mod tests {
     use super::*;
     use crate::log::record::{unpack, Record, Val};
 
-    static CS: tracing::callsite::DefaultCallsite = tracing::callsite::DefaultCallsite::new(&META);
-    static META: Metadata<'static> = tracing::metadata!(
-        name: "t",
-        target: "t",
-        level: tracing::Level::INFO,
-        fields: &["n"],
-        callsite: &CS,
-        kind: tracing::metadata::Kind::EVENT,
-    );
+    crate::test_event_meta!(META, &["n"]);
 
     fn rec(n: u64) -> Packed {
         use tracing::field::Visit;

@@ -645,6 +645,25 @@ impl<const N: usize> Visit for Packed<N> {
     }
 }
 
+/// Declares `static $name: Metadata` for an INFO event of target `t` with the given field
+/// names, and its call site (unit tests of the packing and of the lanes).
+#[cfg(test)]
+#[macro_export]
+macro_rules! test_event_meta {
+    ($name:ident, $fields:expr) => {
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&$name);
+        static $name: tracing::Metadata<'static> = tracing::metadata!(
+            name: "t",
+            target: "t",
+            level: tracing::Level::INFO,
+            fields: $fields,
+            callsite: &CS,
+            kind: tracing::metadata::Kind::EVENT,
+        );
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -652,16 +671,7 @@ mod tests {
     #[test]
     fn packed_round_trip() {
         use tracing::field::Value;
-        static CS: tracing::callsite::DefaultCallsite =
-            tracing::callsite::DefaultCallsite::new(&META);
-        static META: Metadata<'static> = tracing::metadata!(
-            name: "t",
-            target: "t",
-            level: tracing::Level::INFO,
-            fields: &["message", "ctx", "s", "f", "b", "long"],
-            callsite: &CS,
-            kind: tracing::metadata::Kind::EVENT,
-        );
+        crate::test_event_meta!(META, &["message", "ctx", "s", "f", "b", "long"]);
         let fs = META.fields();
         let f = |n: &str| fs.field(n).unwrap();
         let long = "x".repeat(300);
@@ -690,16 +700,7 @@ mod tests {
     #[test]
     fn an_integer_va_is_written_as_the_hex_call_sites_write_it() {
         use tracing::field::Value;
-        static CS: tracing::callsite::DefaultCallsite =
-            tracing::callsite::DefaultCallsite::new(&META);
-        static META: Metadata<'static> = tracing::metadata!(
-            name: "t",
-            target: "t",
-            level: tracing::Level::INFO,
-            fields: &["message", "va", "size"],
-            callsite: &CS,
-            kind: tracing::metadata::Kind::EVENT,
-        );
+        crate::test_event_meta!(META, &["message", "va", "size"]);
         let f = |n: &str| META.fields().field(n).unwrap();
         let line = |p: &Packed, json: bool| {
             let mut r = Record::<256>::new(&META, true);
@@ -731,16 +732,7 @@ mod tests {
 
     #[test]
     fn integers_of_every_length_round_trip() {
-        static CS: tracing::callsite::DefaultCallsite =
-            tracing::callsite::DefaultCallsite::new(&META);
-        static META: Metadata<'static> = tracing::metadata!(
-            name: "t",
-            target: "t",
-            level: tracing::Level::INFO,
-            fields: &["u", "i"],
-            callsite: &CS,
-            kind: tracing::metadata::Kind::EVENT,
-        );
+        crate::test_event_meta!(META, &["u", "i"]);
         let f = |n: &str| META.fields().field(n).unwrap();
         for k in 0..64 {
             for (u, i) in [
@@ -761,16 +753,7 @@ mod tests {
 
     #[test]
     fn short_strings_of_every_length_round_trip() {
-        static CS: tracing::callsite::DefaultCallsite =
-            tracing::callsite::DefaultCallsite::new(&META);
-        static META: Metadata<'static> = tracing::metadata!(
-            name: "t",
-            target: "t",
-            level: tracing::Level::INFO,
-            fields: &["s"],
-            callsite: &CS,
-            kind: tracing::metadata::Kind::EVENT,
-        );
+        crate::test_event_meta!(META, &["s"]);
         let all = "0123456789abcdefghij";
         for n in 0..=all.len() {
             let mut p: Packed = Packed::new(&META, 0, 0);
