@@ -12,7 +12,8 @@
 //! items, sleeping and waking, DMA memory and the kernel's containers.
 //!
 //! Files, along the way a job goes:
-//! - this one: the state ([`Sched`], [`Gpu`]), creation, programming and shutdown;
+//! - this one: the state ([`Sched`], [`Gpu`]) and programming the device;
+//! - `init.rs`: creation and shutdown;
 //! - `clients.rs`: open files and contexts (CTX_CREATE / CTX_DESTROY / CTX_STATE);
 //! - `submit.rs`: SUBMIT (address-space slots, ring space, descriptors, the doorbell);
 //! - `wait.rs`: WAIT and the waiters the top half wakes by name;
@@ -26,15 +27,16 @@
 //! loss.
 
 mod clients;
+mod init;
 mod irq;
 mod recovery;
 mod submit;
 mod wait;
 
 use kernel::{
-    bindings, device,
+    bindings,
     dma::Coherent,
-    impl_has_delayed_work, impl_has_work, new_condvar, new_mutex,
+    impl_has_delayed_work, impl_has_work,
     prelude::*,
     rbtree::RBTree,
     str::CString,
@@ -42,12 +44,10 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, CondVar, Mutex,
     },
-    workqueue::{self, new_delayed_work, new_work, DelayedWork, Work, WorkItem},
+    workqueue::{self, DelayedWork, Work, WorkItem},
 };
 
 use crate::{
-    bus::Bus,
-    driver::Stats,
     dump::Dumps,
     gem::MemAccount,
     hw::Hw,
@@ -58,8 +58,8 @@ use crate::{
     },
     text::{dev_log, Comm, Level, Text},
     uapi::{
-        packet, pte, regs,
-        ring::{Desc, DESC_SIZE},
+        regs,
+        ring::Desc,
         version,
     },
 };
@@ -425,163 +425,6 @@ fn bus_addr(c: &Coherent<[u8]>) -> u64 {
 }
 
 impl Gpu {
-    /// Creates the device (rings, fence page, the driver's own address space, the device
-    /// model), programs it and starts it.
-    pub(crate) fn new(
-        dev: &device::Device<device::Bound>,
-        index: u32,
-        mem: Arc<MemAccount>,
-        cfg: Config,
-    ) -> Result<Arc<Gpu>> {
-        let bus = Bus::new()?;
-        let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
-        let ring_bytes = RING_ENTRIES as usize * DESC_SIZE;
-        let mut rings = KVec::with_capacity(regs::NUM_QUEUES, GFP_KERNEL)?;
-        for _ in 0..regs::NUM_QUEUES {
-            let ring = Coherent::<u8>::zeroed_slice(dev, ring_bytes, GFP_KERNEL)?;
-            let base = bus_addr(&ring);
-            for p in 0..ring_bytes / 4096 {
-                // SAFETY: page `p` of the ring's coherent allocation, which lives in `Gpu` (and
-                // the device model, the only user of the bus, stops before it is freed).
-                unsafe {
-                    bus.register_kva(base + (p * 4096) as u64, ring.as_mut_ptr().cast::<u8>().add(p * 4096))?
-                };
-            }
-            rings.push(ring, GFP_KERNEL)?;
-        }
-        let fence_page = Coherent::<u64>::zeroed_slice(dev, FENCE_SLOTS, GFP_KERNEL)?;
-        #[allow(clippy::useless_conversion)]
-        let fence_pa = u64::from(fence_page.dma_address());
-        // SAFETY: as for the rings.
-        unsafe { bus.register_kva(fence_pa, fence_page.as_mut_ptr().cast::<u8>())? };
-
-        // The driver's own address space: one read-only code page with the injection packets.
-        let kstats = Arc::new(
-            Stats {
-                pt_pages: Atomic::new(0),
-                mappings: Atomic::new(0),
-            },
-            GFP_KERNEL,
-        )?;
-        let code = Coherent::<u32>::zeroed_slice(dev, 1024, GFP_KERNEL)?;
-        // SAFETY: the code page is ours and not yet visible to the device.
-        unsafe {
-            let p = code.as_mut_ptr().cast::<u32>();
-            p.add((KCODE_HANG / 4) as usize).write(packet::encode_hang()[0]);
-            for (i, w) in packet::encode_copy(KVA_UNMAPPED, KVA_CODE + 2048, 64).iter().enumerate() {
-                p.add((KCODE_FAULT / 4) as usize + i).write(*w);
-            }
-        }
-        #[allow(clippy::useless_conversion)]
-        let code_pa = u64::from(code.dma_address());
-        // SAFETY: as for the rings.
-        unsafe { bus.register_kva(code_pa, code.as_mut_ptr().cast::<u8>())? };
-        let mut kas_root = PtPage::new(dev, pte::LEVELS - 1, &kstats, &bus)?;
-        kas_root.map_page(dev, KVA_CODE, code_pa, pte::READ)?;
-
-        let mut queues = KVec::with_capacity(regs::NUM_QUEUES, GFP_KERNEL)?;
-        for _ in 0..regs::NUM_QUEUES {
-            queues.push(
-                Hq {
-                    tail: 0,
-                    jobs: JobQueue::new()?,
-                    clock: JobClock::default(),
-                    busy: BusySamples::default(),
-                    done: 0,
-                    last_retire: 0,
-                },
-                GFP_KERNEL,
-            )?;
-        }
-        let mut free = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        let mut waiters = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        let mut orphan = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        for s in (0..FENCE_SLOTS as u32).rev() {
-            free.push(s, GFP_KERNEL)?;
-            waiters.push(0, GFP_KERNEL)?;
-            orphan.push(false, GFP_KERNEL)?;
-        }
-        let sched = Sched {
-            lost: false,
-            next_ctx: 1,
-            next_job: 1,
-            next_client: 1,
-            contexts: RBTree::new(),
-            free_fence_slots: free,
-            fence_waiters: waiters,
-            fence_orphan: orphan,
-            slots: [None; USER_SLOTS],
-            queues,
-            counters: Counters::default(),
-            clients: RBTree::new(),
-            wd_armed: false,
-            inject_hang: false,
-            inject_fault: false,
-        };
-        let gpu = Arc::pin_init(
-            try_pin_init!(Gpu {
-                index,
-                name,
-                cfg,
-                mem,
-                hw <- Hw::new(bus),
-                sched <- new_mutex!(sched, "aigpu_sched"),
-                changed <- new_condvar!("aigpu_changed"),
-                bh <- new_work!("aigpu_bottom_half"),
-                wd <- new_delayed_work!("aigpu_watchdog"),
-                irq_pending: Atomic::new(0),
-                fast_waiters: core::array::from_fn(|_| Atomic::new(0)),
-                irqs: Atomic::new(0),
-                irqs_direct: Atomic::new(0),
-                irqs_lazy: Atomic::new(0),
-                last_irq_ns: Atomic::new(0),
-                sleepers: Atomic::new(0),
-                stopping: Atomic::new(false),
-                uapi_override: Atomic::new(0),
-                rings,
-                fence_page,
-                kas_root,
-                _kas_code: code,
-                dumps <- new_mutex!(Dumps::new(), "aigpu_dumps"),
-            }),
-            GFP_KERNEL,
-        )?;
-        if gpu.hw.read32(regs::ID) != regs::ID_VALUE {
-            return Err(ENODEV);
-        }
-        {
-            let st = gpu.sched.lock();
-            gpu.program(&st);
-        }
-        // SAFETY: the handler runs with `Arc::as_ptr(&gpu)` until `shutdown` disconnects it, and
-        // the owner of `gpu` (the DRM device data) calls `shutdown` before dropping its `Arc`.
-        unsafe { gpu.hw.request_irq(irq::top_half, Arc::as_ptr(&gpu).cast()) };
-        // SAFETY: `hw` is pinned inside `gpu`, which outlives the thread (`shutdown` stops it).
-        if let Err(e) = unsafe { gpu.hw.start(index) } {
-            gpu.hw.free_irq();
-            return Err(e);
-        }
-        Ok(gpu)
-    }
-
-    /// Stops everything that runs on its own: the device thread, interrupt delivery, the bottom
-    /// half and the watchdog. Called once, before the last reference goes.
-    pub(crate) fn shutdown(&self) {
-        self.stopping.store(true, Relaxed);
-        self.hw.stop();
-        self.hw.free_irq();
-        // SAFETY: `bh` was initialised by `new_work!`; flushing waits for a queued or running
-        // bottom half, which returns at once now that `stopping` is set (and drops its `Arc`).
-        unsafe { bindings::flush_work(Work::raw_get(&self.bh)) };
-        // SAFETY: a `delayed_work` starts with its `work_struct`; flushing runs a pending
-        // watchdog now, which sees `stopping` and does not re-arm.
-        unsafe {
-            bindings::flush_delayed_work(
-                Work::raw_get(DelayedWork::raw_as_work(&self.wd)).cast::<bindings::delayed_work>(),
-            )
-        };
-    }
-
     fn stopping(&self) -> bool {
         self.stopping.load(Relaxed)
     }
