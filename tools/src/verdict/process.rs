@@ -3,7 +3,7 @@
 //! free, out of bounds, out of memory and who holds the memory), leaks, and how it ended.
 
 use super::{finding, hex, leaks, log_ev, pid64, refused, Facts, Finding};
-use crate::umdlog::facts::{Fact, Lost, Process};
+use crate::umdlog::facts::{Buf, Fact, Lost, Process};
 use crate::util::bytes;
 
 /// Every process's findings, the most recent process first. `incidents`: also the faults and
@@ -74,75 +74,55 @@ pub(super) fn innocent_text(v: &[(u64, String)]) -> String {
     )
 }
 
+/// "<gap> B <where> buffer 6 (2.0 MiB at 0xc10000, context 2)", that buffer's id and size.
+fn relation(gap: u64, place: &str, b: &Buf<'_>) -> (String, u64, u64) {
+    let gap = if gap > FAR {
+        bytes(gap)
+    } else {
+        format!("{gap} B")
+    };
+    (
+        format!(
+            "{gap} {place} buffer {} ({} at {}, context {})",
+            b.1,
+            bytes(b.2),
+            hex(b.3),
+            b.0
+        ),
+        b.1,
+        b.2,
+    )
+}
+
 /// Where `va` lies relative to the buffers live before fact `at`: "0 B past the end of buffer
-/// 6 (2.0 MiB at 0xc10000, context 2)" and that buffer.
+/// 6 (2.0 MiB at 0xc10000, context 2)" and that buffer; gigabytes away is no relation, and
+/// says so, naming the nearest all the same.
 pub(super) fn nearest(p: &Process<'_>, at: usize, va: u64) -> Option<(String, u64, u64)> {
     let live = p.live_at(at);
     if let Some(b) = live.iter().find(|b| va >= b.3 && va < b.3 + b.2) {
-        return Some((
-            format!(
-                "{} B into buffer {} ({} at {}, context {})",
-                va - b.3,
-                b.1,
-                bytes(b.2),
-                hex(b.3),
-                b.0
-            ),
-            b.1,
-            b.2,
-        ));
+        return Some(relation(va - b.3, "into", b));
     }
     let below = live
         .iter()
         .filter(|b| b.3 + b.2 <= va)
         .max_by_key(|b| b.3 + b.2);
     let above = live.iter().filter(|b| b.3 > va).min_by_key(|b| b.3);
-    let near = match (below, above) {
-        (Some(b), a) if a.is_none_or(|a| va - (b.3 + b.2) <= a.3 - va) => Some((
-            format!(
-                "{} B past the end of buffer {} ({} at {}, context {})",
-                va - (b.3 + b.2),
-                b.1,
-                bytes(b.2),
-                hex(b.3),
-                b.0
-            ),
-            b.1,
-            b.2,
-        )),
-        (_, Some(a)) => Some((
-            format!(
-                "{} B before buffer {} ({} at {}, context {})",
-                a.3 - va,
-                a.1,
-                bytes(a.2),
-                hex(a.3),
-                a.0
-            ),
-            a.1,
-            a.2,
-        )),
-        _ => None,
-    };
-    // Gigabytes away is no relation: say so, naming the nearest all the same.
-    near.map(|(t, b, sz)| {
-        let gap: u64 = t
-            .split(' ')
-            .next()
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
-        if gap > FAR {
-            (
-                format!(
-                    "in no live buffer and near none (the nearest: {})",
-                    t.replacen(&format!("{gap} B"), &bytes(gap), 1)
-                ),
-                b,
-                sz,
-            )
-        } else {
-            (t, b, sz)
+    let (gap, near) = match (below, above) {
+        (Some(b), a) if a.is_none_or(|a| va - (b.3 + b.2) <= a.3 - va) => {
+            let gap = va - (b.3 + b.2);
+            (gap, relation(gap, "past the end of", b))
         }
+        (_, Some(a)) => (a.3 - va, relation(a.3 - va, "before", a)),
+        _ => return None,
+    };
+    Some(if gap > FAR {
+        (
+            format!("in no live buffer and near none (the nearest: {})", near.0),
+            near.1,
+            near.2,
+        )
+    } else {
+        near
     })
 }
 
