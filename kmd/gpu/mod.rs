@@ -206,11 +206,22 @@ impl JobQueue {
         self.slots.len()
     }
 
+    /// Slot `head + k` (`k < cap`) of the circular buffer. No `%`: a remainder by a run-time
+    /// value keeps a division-by-zero panic path objtool does not know as `noreturn`.
+    fn slot(&self, k: usize) -> usize {
+        let i = self.head + k;
+        if i >= self.cap() {
+            i - self.cap()
+        } else {
+            i
+        }
+    }
+
     fn push_back(&mut self, job: Job) -> core::result::Result<(), Job> {
         if self.len >= self.cap() {
             return Err(job);
         }
-        let i = (self.head + self.len) % self.cap();
+        let i = self.slot(self.len);
         match self.slots.get_mut(i) {
             Some(s) => *s = Some(job),
             None => return Err(job),
@@ -231,16 +242,14 @@ impl JobQueue {
             return None;
         }
         let j = self.slots.get_mut(self.head).and_then(Option::take);
-        self.head = (self.head + 1) % self.cap();
+        self.head = self.slot(1);
         self.len -= 1;
         j
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Job> {
         (0..self.len).filter_map(move |k| {
-            self.slots
-                .get((self.head + k) % self.cap())
-                .and_then(Option::as_ref)
+            self.slots.get(self.slot(k)).and_then(Option::as_ref)
         })
     }
 }
