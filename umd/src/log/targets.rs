@@ -68,6 +68,7 @@ pub const MODULES: &[&str] = &[
     "umd::memory::pool::stats",
     "umd::memory::pool::validate",
     "umd::memory::va",
+    "umd::pci",
     "umd::registry",
     "umd::submit",
     "umd::util",
