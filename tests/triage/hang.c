@@ -7,8 +7,7 @@ int main(void) {
     umdContext ctx;
     umdCmdBuf cb;
     umdFence done;
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     RECORD(ctx, cb, CHECK(umdCmdDebugHang(cb)));
     CHECK(umdSubmit(ctx, &cb, 1, NULL, 0, &done));
     CHECK(umdFenceWait(&done, UMD_TIMEOUT_INFINITE)); /* UMD_ERR_CTX_LOST after the timeout */

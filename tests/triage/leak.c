@@ -6,8 +6,7 @@ int main(void) {
     umdDevice dev;
     umdContext ctx;
     umdBuffer scratch[3];
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     for (int i = 0; i < 3; i++) {
         umdMemAllocInfo info = {.struct_size = sizeof info, .size = 256 << 10, .tag = "request-scratch"};
         CHECK(umdMemAllocEx(ctx, &info, &scratch[i]));

@@ -7,8 +7,7 @@ int main(void) {
     umdDevice dev;
     umdContext ctx;
     umdBuffer buf;
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     CHECK(umdMemAlloc(ctx, 4096, 0, &buf));
     CHECK(umdMemFree(buf));
     CHECK(umdContextDestroy(ctx));

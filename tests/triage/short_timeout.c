@@ -11,8 +11,7 @@ int main(void) {
     umdCmdBuf cb;
     umdFence done;
     const uint32_t n = 1024;
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     CHECK(umdMemAlloc(ctx, (uint64_t)n * n, 0, &x));
     CHECK(umdMemAlloc(ctx, (uint64_t)n * n, 0, &w));
     CHECK(umdMemAlloc(ctx, (uint64_t)n * n * 4, 0, &out));

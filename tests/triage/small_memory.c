@@ -6,8 +6,7 @@ int main(void) {
     umdDevice dev;
     umdContext ctx;
     umdBuffer weights;
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     CHECK(umdMemAlloc(ctx, 128u << 20, 0, &weights)); /* UMD_ERR_MEM_OUT_OF_MEMORY */
     return 0;
 }

@@ -22,6 +22,13 @@ static inline int staged_fail(umdResult r, const char *call) {
         if (r_ != UMD_SUCCESS) return staged_fail(r_, #call);    \
     } while (0)
 
+/* Opens device 0 and one normal-priority context on it. */
+#define OPEN(dev, ctx)                                           \
+    do {                                                         \
+        CHECK(umdDeviceOpen(0, &(dev)));                         \
+        CHECK(umdContextCreate((dev), UMD_PRIORITY_NORMAL, &(ctx))); \
+    } while (0)
+
 /* Records `packets` into a fresh command buffer on `ctx`. */
 #define RECORD(ctx, cb, packets)                                 \
     do {                                                         \

@@ -9,8 +9,7 @@ int main(void) {
     umdDevicePtr va;
     umdCmdBuf cb;
     umdFence done;
-    CHECK(umdDeviceOpen(0, &dev));
-    CHECK(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    OPEN(dev, ctx);
     CHECK(umdMemAlloc(ctx, 64 << 10, 0, &buf));
     CHECK(umdMemGetAddress(buf, &va));
     RECORD(ctx, cb, CHECK(umdCmdFill(cb, va, 64 << 10, 0x2a2a2a2a)));
