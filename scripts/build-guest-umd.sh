@@ -56,7 +56,7 @@ for l in sys.stdin:
 cp "$bench" "$OUT/bin/umd-pool-bench"
 # The guest needs no debug info (it only grows the initramfs the guest unpacks into RAM).
 strip --strip-debug "$OUT"/bin/* 2>/dev/null || true
-for prog in tests/c/abi_test.c tests/c/short_process.c tests/c/dependency.c tests/c/batch.c examples/mlp_demo.c; do
+for prog in tests/c/abi_test.c tests/c/short_process.c tests/c/dependency.c tests/c/batch.c tests/c/interrupt.c examples/mlp_demo.c; do
   name=$(basename "$prog" .c)
   cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/$name" "$prog" \
      -Ltarget/release -lumd -ldl -lpthread -Wl,-rpath,/lib

@@ -252,8 +252,9 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     echo "GUEST: umd driver_rules exit $drc"
     [ $drc = 0 ] || rc=1
     # The same rules through the C ABI, programs written from the header: a pipeline whose
-    # producer faults (nothing runs on its output), and a batch failing in a later part.
-    for p in dependency batch; do
+    # producer faults (nothing runs on its output), a batch failing in a later part, and a signal
+    # during a wait (interrupted without SA_RESTART, restarted with it).
+    for p in dependency batch interrupt; do
       (cd /tmp && UMD_LOG_DIR=/tmp/short /bin/$p)
       prc=$?
       echo "GUEST: umd $p exit $prc"
@@ -346,6 +347,100 @@ else
   echo "GUEST: FAIL insmod aigpu.ko"
 fi
 [ $pkrc = 0 ] || rc=1
+
+# ---- The PCI attachment (docs/kmd.md, "Attachments") ----
+# With QEMU's edu function (scripts/run-guest.sh, GUEST_PCI=1): aigpu0 is the function, bound
+# to the `aigpu` PCI driver, with its MSI; aigpu1 a faux device (num_devices=2). Clients that
+# know nothing of aigpu enumerate it: lspci -k (pciutils), libdrm's drmGetDevices2 and
+# drmGetDevice2 (pci_test, static libdrm) and Debian's drmdevice; jobs raise the MSI. Then
+# unbind and bind through sysfs (also with a render node held open across the unbind) and rmmod,
+# leak-checked by kmemleak below. Without the function (GUEST_PCI=0) every GPU is a faux device
+# and no interrupt line of aigpu exists.
+pcirc=0
+pci_fail() { echo "GUEST: FAIL pci: $*"; pcirc=1; }
+pci_fn=
+for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor")" = 0x1234 ] && [ "$(cat "$d/device")" = 0x11e8 ] && pci_fn=${d##*/}
+done
+pci_nodes() {  # "renderD<N>=<parent device name>(<subsystem>)" for each render node
+  for n in /sys/class/drm/renderD*; do
+    [ -e "$n" ] || continue
+    p=$(readlink -f "$n/device")
+    printf '%s=%s(%s) ' "${n##*/}" "${p##*/}" "$(basename "$(readlink -f "$p/subsystem")")"
+  done
+}
+pci_expect_nodes() {  # $1: what; $2: the expected pci_nodes output
+  got=$(pci_nodes)
+  if [ "$got" = "$2" ]; then echo "GUEST: ok pci $1: $got"; else pci_fail "$1: render nodes '$got', want '$2'"; fi
+}
+# The probe lines are counted from here (the serial log keeps what is cleared).
+dmesg -c >/dev/null
+if ! insmod /lib/modules/aigpu.ko num_devices=2 mem_mib=64; then
+  pci_fail "insmod aigpu.ko num_devices=2 mem_mib=64"
+elif [ -n "$pci_fn" ]; then
+  echo "GUEST: pci: QEMU edu function at $pci_fn"
+  pci_expect_nodes "one GPU on the function, one on a faux device" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+  drv=$(basename "$(readlink -f "/sys/bus/pci/devices/$pci_fn/driver")")
+  [ "$drv" = aigpu ] && echo "GUEST: ok pci driver link: $pci_fn -> $drv" || pci_fail "$pci_fn is bound to '$drv'"
+  probe=$(dmesg | grep -c "aigpu $pci_fn: aigpu0: PCI function 1234:11e8, MSI irq [0-9]")
+  [ "$probe" = 1 ] && echo "GUEST: ok pci probe line" || pci_fail "$probe probe lines 'aigpu $pci_fn: aigpu0: PCI function 1234:11e8, MSI irq N'"
+  irql=$(grep -c " aigpu\$" /proc/interrupts)
+  grep -q "PCI-MSI-$pci_fn .* aigpu\$" /proc/interrupts && [ "$irql" = 1 ] &&
+    echo "GUEST: ok pci /proc/interrupts: $(grep " aigpu\$" /proc/interrupts | tr -s ' ')" ||
+    pci_fail "/proc/interrupts: want one 'PCI-MSI-$pci_fn ... aigpu' line (the faux GPU has none), got $irql:" \
+      "$(grep aigpu /proc/interrupts)"
+  if [ -x /bin/lspci ] && [ -x /bin/drmdevice ] && [ -x /bin/pci_test ]; then
+    lspci -k -s "$pci_fn" >/tmp/lspci.out 2>&1
+    sed 's/^/GUEST: lspci: /' /tmp/lspci.out
+    grep -q "Kernel driver in use: aigpu$" /tmp/lspci.out && echo "GUEST: ok pci lspci -k: Kernel driver in use: aigpu" ||
+      pci_fail "lspci -k -s $pci_fn has no 'Kernel driver in use: aigpu'"
+    drmdevice >/tmp/drmdevice.out 2>&1
+    drc=$?
+    sed 's/^/GUEST: drmdevice: /' /tmp/drmdevice.out | head -60
+    if [ $drc = 0 ] && grep -q "nodes\[2\] /dev/dri/renderD128" /tmp/drmdevice.out &&
+       grep -q "vendor_id     1234" /tmp/drmdevice.out && grep -q "device_id     11e8" /tmp/drmdevice.out; then
+      echo "GUEST: ok pci drmdevice lists renderD128 as PCI 1234:11e8 (exit 0)"
+    else
+      pci_fail "drmdevice exit $drc, or no renderD128 with vendor_id 1234 device_id 11e8"
+    fi
+    /bin/pci_test "$pci_fn" 16 || pcirc=1
+    # umd-smi (when the UMD suite is staged) shows the function's address with the GPU.
+    if [ -x /bin/umd-smi ]; then
+      umd-smi >/tmp/smi-pci.out 2>&1
+      sed -n '/^GPU 0:/,/^  access/p' /tmp/smi-pci.out | sed 's/^/GUEST: umd-smi: /'
+      grep -qx "GPU 0: aigpu0  /dev/dri/renderD128  state ok" /tmp/smi-pci.out &&
+        grep -qx "  pci        $pci_fn" /tmp/smi-pci.out && echo "GUEST: ok pci umd-smi shows aigpu0 on $pci_fn" ||
+        pci_fail "umd-smi has no 'GPU 0: aigpu0  /dev/dri/renderD128  state ok' and '  pci        $pci_fn' lines"
+    fi
+    # Unbind with no file open: the GPU on the function goes, its MSI with it; the faux GPU stays.
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/unbind || pci_fail "unbind $pci_fn"
+    pci_expect_nodes "after unbind" "renderD129=aigpu1(faux) "
+    grep -q " aigpu\$" /proc/interrupts && pci_fail "an aigpu line in /proc/interrupts after unbind"
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/bind || pci_fail "bind $pci_fn"
+    pci_expect_nodes "after bind" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+    /bin/pci_test "$pci_fn" 8 || pcirc=1
+    # Unbind while a file holds the render node open: the DRM device is unplugged (the open file
+    # stays valid, its ioctls fail) and released at the close; then bind again.
+    exec 3</dev/dri/renderD128
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/unbind || pci_fail "unbind $pci_fn with renderD128 open"
+    pci_expect_nodes "after unbind with a file open" "renderD129=aigpu1(faux) "
+    exec 3<&-
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/bind || pci_fail "bind $pci_fn after the held file closed"
+    pci_expect_nodes "after bind again" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+    /bin/pci_test "$pci_fn" 4 || pcirc=1
+  else
+    pci_fail "the PCI clients are not staged (scripts/build-initramfs.sh: Debian libdrm-dev, libdrm-tests, pciutils on the host)"
+  fi
+else
+  echo "GUEST: pci: no aigpu PCI function (GUEST_PCI=0): every GPU on a faux device"
+  pci_expect_nodes "two faux GPUs" "renderD128=aigpu0(faux) renderD129=aigpu1(faux) "
+  [ -e /sys/bus/pci/drivers/aigpu ] && echo "GUEST: ok pci driver registered with no function to bind" ||
+    pci_fail "no /sys/bus/pci/drivers/aigpu"
+  grep -q " aigpu\$" /proc/interrupts && pci_fail "an aigpu line in /proc/interrupts without a PCI function"
+fi
+if lsmod | grep -q "^aigpu "; then rmmod aigpu || pci_fail "rmmod aigpu"; fi
+echo "GUEST: pci checks exit $pcirc"
+[ $pcirc = 0 ] || rc=1
 
 if [ -e /sys/kernel/debug/kmemleak ]; then
   # kmemleak only reports objects older than 5 s; scan twice (the second scan confirms).

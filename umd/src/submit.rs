@@ -106,7 +106,10 @@ pub fn submit(
             ctx.pool.stamp(&pinned, ctx.acct, seqno);
             seqno
         }
-        Err(Failed { error, queued: None }) => {
+        Err(Failed {
+            error,
+            queued: None,
+        }) => {
             ctx.pool.unpin(&pinned);
             return Err(error);
         }

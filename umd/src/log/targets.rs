@@ -27,6 +27,7 @@ pub const MODULES: &[&str] = &[
     "umd::backend::sim::gpu",
     "umd::backend::sim::physmem",
     "umd::backend::sim::recovery",
+    "umd::backend::sim::sleep",
     "umd::backend::sim::vm",
     "umd::cmdbuf",
     "umd::context",

@@ -11,6 +11,7 @@
 
 use super::config::SimConfig;
 use super::physmem::{PhysRegion, SharedMem};
+use super::sleep::Woke;
 use crate::backend::{KmdError, KmdResult};
 use rules::fence::{self, Ban, CtxView, InFence, Producer};
 use rules::ring::{FENCE_SLOTS, RING_ENTRIES};
@@ -172,8 +173,10 @@ pub struct Gpu {
     pub mem: Arc<PhysRegion>,
     pub(super) dev: Mutex<Device<SharedMem, SimClock>>,
     state: Mutex<State>,
-    /// Signalled on every completion, fault, reset and loss.
+    /// Signalled on every completion, fault, reset and loss ([`Gpu::notify`]).
     pub(super) changed: Condvar,
+    /// The threads asleep in WAIT, woken with `changed` (a signal interrupts their sleep).
+    pub(super) sleepers: super::sleep::Sleepers,
     pub(super) kick: (Mutex<bool>, Condvar),
     pub(super) stop: AtomicBool,
     pub(super) fence_page: u64,
@@ -239,6 +242,7 @@ impl Gpu {
                 clients: HashMap::new(),
             }),
             changed: Condvar::new(),
+            sleepers: Default::default(),
             kick: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
             fence_page,
@@ -300,6 +304,13 @@ impl Gpu {
     /// The KMD state (lock order: state before device).
     pub fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Announces a change of the state (made under its lock): completions, faults, resets,
+    /// loss, a context closing.
+    pub(super) fn notify(&self) {
+        self.changed.notify_all();
+        self.sleepers.wake_all();
     }
 
     pub(super) fn kick_device(&self) {
@@ -428,7 +439,7 @@ impl Gpu {
             _ => return Err(err(Refusal::new(r::CTX_INVALID))),
         }
         // Its waiters wake now and see it closing (see `wait`), as in aigpu.ko.
-        self.changed.notify_all();
+        self.notify();
         loop {
             let Some(c) = st.contexts.get(&id) else {
                 return Err(err(Refusal::new(r::CTX_INVALID)));
@@ -653,11 +664,12 @@ impl Gpu {
             let Some(deadline) = deadline.filter(|&d| d > now) else {
                 return Err(err(Refusal::new(r::TIMEOUT)));
             };
-            st = self
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let (guard, woke) = self.sleepers.sleep(st, &self.state, deadline - now);
+            st = guard;
+            if woke == Woke::Interrupted {
+                // As aigpu.ko's WAIT: restartable with the same absolute deadline.
+                return Err(err(Refusal::new(r::INTERRUPTED)));
+            }
         }
     }
 
@@ -696,7 +708,7 @@ impl Gpu {
                 self.recover(&mut st, &mut d);
             }
             drop(st);
-            self.changed.notify_all();
+            self.notify();
         }
         self.kick_device();
     }

@@ -11,6 +11,7 @@ pub mod gem;
 pub mod gpu;
 pub mod physmem;
 mod recovery;
+mod sleep;
 pub mod vm;
 
 use super::{Backend, HostMap, KmdError, KmdResult};

@@ -68,7 +68,7 @@ impl Gpu {
         }
         drop(d);
         drop(st);
-        self.changed.notify_all();
+        self.notify();
     }
 
     /// A queue stopped on a fault: ban the guilty context with the fault, say it, reset the
@@ -221,7 +221,7 @@ impl Gpu {
         self.recover(&mut st, &mut d);
         drop(d);
         drop(st);
-        self.changed.notify_all();
+        self.notify();
     }
 
     /// Bans, until nothing changes, every context with a queued job that waits on a fence its

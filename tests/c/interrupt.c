@@ -1,0 +1,153 @@
+/* A signal during umdFenceWait, written from include/umd.h and docs/libumd.md alone, on either
+ * backend: a handler installed without SA_RESTART interrupts the wait (UMD_ERR_SYNC_INTERRUPTED,
+ * the work still queued: the same call made again completes); with SA_RESTART the wait goes on
+ * and returns when the work is done. The job waits on a flag a second thread sets.
+ * Exits 0 only if every check passed. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <umd.h>
+
+static int passed, failed;
+static volatile sig_atomic_t handled;
+
+static void check(const char *name, int ok, const char *why) {
+    printf("interrupt: %s %s%s%s\n", ok ? "ok" : "FAIL", name, ok ? "" : ": ", ok ? "" : why);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+static umdErrorDetail detail(void) {
+    umdErrorDetail d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS)
+        d.code = UMD_SUCCESS;
+    return d;
+}
+
+#define MUST(call)                                                                                 \
+    do {                                                                                           \
+        umdResult r_ = (call);                                                                     \
+        if (r_ != UMD_SUCCESS) {                                                                   \
+            printf("interrupt: FAIL %s = %s: %s\n", #call, umdGetErrorName(r_), detail().message); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void on_alarm(int sig) {
+    (void)sig;
+    handled++;
+}
+
+static void handler(int flags) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+}
+
+static void alarm_in_ms(long ms) {
+    struct itimerval t;
+    memset(&t, 0, sizeof t);
+    t.it_value.tv_sec = ms / 1000;
+    t.it_value.tv_usec = (ms % 1000) * 1000;
+    setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static umdBuffer flag;
+
+static void *set_flag_later(void *arg) {
+    struct timespec nap = {0, (long)(size_t)arg * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    uint64_t one = 1;
+    if (umdMemcpyHtoD(flag, 0, &one, sizeof one) != UMD_SUCCESS)
+        printf("interrupt: FAIL setting the flag\n");
+    return NULL;
+}
+
+/* A job that waits until the flag is `value`. */
+static umdFence blocked_job(umdContext ctx, umdDevicePtr flag_va, uint64_t value) {
+    umdCmdBuf b;
+    MUST(umdCmdBufCreate(ctx, &b));
+    MUST(umdCmdBufBegin(b));
+    MUST(umdCmdWaitValue(b, flag_va, value));
+    MUST(umdCmdBufEnd(b));
+    umdFence f;
+    MUST(umdSubmit(ctx, &b, 1, NULL, 0, &f));
+    MUST(umdCmdBufDestroy(b));
+    return f;
+}
+
+int main(void) {
+    umdDevice dev;
+    MUST(umdDeviceOpen(0, &dev));
+    umdContext ctx;
+    MUST(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx));
+    MUST(umdMemAlloc(ctx, 4096, 0, &flag));
+    umdDevicePtr flag_va;
+    MUST(umdMemGetAddress(flag, &flag_va));
+    uint64_t zero = 0;
+    MUST(umdMemcpyHtoD(flag, 0, &zero, sizeof zero));
+    char why[1200];
+
+    /* Without SA_RESTART: the wait is interrupted at the signal, the job still queued. */
+    umdFence f = blocked_job(ctx, flag_va, 1);
+    handler(0);
+    handled = 0;
+    double t0 = now_s();
+    alarm_in_ms(100);
+    umdResult r = umdFenceWait(&f, 5ull * 1000 * 1000 * 1000);
+    double took = now_s() - t0;
+    snprintf(why, sizeof why, "got %s after %.3f s, handler ran %d times: %s", umdGetErrorName(r), took,
+             (int)handled, detail().message);
+    check("a handler without SA_RESTART interrupts the wait", r == UMD_ERR_SYNC_INTERRUPTED && handled == 1 &&
+                                                                  took < 1.0,
+          why);
+    check("the interrupted call can be made again", umdIsRetryable(UMD_ERR_SYNC_INTERRUPTED) == 1, "not retryable");
+    check("the job is still queued", umdFenceQuery(&f) == UMD_STATUS_NOT_READY, "not pending");
+    pthread_t t;
+    if (pthread_create(&t, NULL, set_flag_later, (void *)(size_t)100) != 0)
+        return 1;
+    r = umdFenceWait(&f, 5ull * 1000 * 1000 * 1000);
+    pthread_join(t, NULL);
+    snprintf(why, sizeof why, "got %s", umdGetErrorName(r));
+    check("the same wait made again completes", r == UMD_SUCCESS, why);
+
+    /* With SA_RESTART: the wait goes on through the signal. */
+    MUST(umdMemcpyHtoD(flag, 0, &zero, sizeof zero));
+    f = blocked_job(ctx, flag_va, 1);
+    handler(SA_RESTART);
+    handled = 0;
+    if (pthread_create(&t, NULL, set_flag_later, (void *)(size_t)400) != 0)
+        return 1;
+    t0 = now_s();
+    alarm_in_ms(100);
+    r = umdFenceWait(&f, 5ull * 1000 * 1000 * 1000);
+    took = now_s() - t0;
+    pthread_join(t, NULL);
+    snprintf(why, sizeof why, "got %s after %.3f s, handler ran %d times", umdGetErrorName(r), took, (int)handled);
+    check("with SA_RESTART the wait goes on until the work is done", r == UMD_SUCCESS && handled == 1 && took >= 0.35,
+          why);
+
+    MUST(umdMemFree(flag));
+    MUST(umdContextDestroy(ctx));
+    MUST(umdDeviceClose(dev));
+    printf("interrupt: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
