@@ -10,7 +10,7 @@
 #
 # The whole O= build tree is the cache entry ($AIGPU_CACHE/kernel/<key>): out-of-tree modules
 # need its rust/*.rmeta, Module.symvers, include/generated and scripts/. The key is a sha256 over
-# every input: linux-source package version, the Kconfig patch, the fragments, the rustc / clang /
+# every input: linux-source package version, the kernel patch series, the fragments, the rustc / clang /
 # bindgen versions and KMAKE_VARS. An entry is valid only with its `.complete` marker; an
 # interrupted build is thrown away and redone. A second run is a cache hit in about a second.
 # Also generates the kernel's UAPI headers in <dir>/usr/include (for the guest test programs).
@@ -30,6 +30,9 @@ esac
 
 [ -f "$KSRC/Makefile" ] || { echo "build-kernel: no kernel source at $KSRC (run scripts/setup-toolchain.sh)" >&2; exit 1; }
 [ -x "$TOOLS/bin/bindgen" ] || { echo "build-kernel: no bindgen in $TOOLS (run scripts/setup-toolchain.sh)" >&2; exit 1; }
+# The key names the patch series: the source tree must carry exactly that series.
+[ "$(cat "$KSRC/.aigpu-patches" 2>/dev/null)" = "$(kpatch_series_sum)" ] ||
+  { echo "build-kernel: $KSRC is not patched with kmd/kconfig/[0-9]*.patch as they are now (run scripts/setup-toolchain.sh)" >&2; exit 1; }
 
 # Bump when the way the tree is built changes (not its inputs): invalidates every entry.
 RECIPE=1

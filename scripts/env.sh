@@ -18,3 +18,7 @@ KMAKE_VARS=(LLVM=-19 RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
             RUST_LIB_SRC="/usr/src/rustc-$( (/usr/bin/rustc --version 2>/dev/null || true) | cut -d' ' -f2)/library")
 kmake() { make -C "$KSRC" O="$KBUILD_OUT" "${KMAKE_VARS[@]}" "$@"; }
 stamp() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+# The kernel patch series (applied in order by setup-toolchain.sh) and its checksum, which the
+# patched source tree records in .aigpu-patches.
+kpatch_series() { ls "$AIGPU_ROOT"/kmd/kconfig/[0-9]*.patch; }
+kpatch_series_sum() { kpatch_series | xargs cat | sha256sum | cut -c1-16; }

@@ -3,7 +3,8 @@
 # already there, so a second run costs a few seconds.
 #   host: apt packages (clang-19, Debian's rustc-web + rust-src for the kernel, QEMU, busybox,
 #         dkms for scripts/test-dkms.sh)
-#   kernel source: linux-source-7.3 from trixie-backports, unpacked into $AIGPU_CACHE
+#   kernel source: linux-source-7.3 from trixie-backports, unpacked into $AIGPU_CACHE and patched
+#                  with the series kmd/kconfig/[0-9]*.patch
 #   tools: bindgen-cli (kernel Rust bindings) and cbindgen (include/umd.h), pinned versions
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
@@ -39,14 +40,32 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "$KVER_PKG/trixie-backports" >/dev/null
 fi
 
+# The kernel source is the package's tarball with the patch series kmd/kconfig/[0-9]*.patch
+# applied in order. The tree records what it was made from (.aigpu-pkg-version, .aigpu-patches:
+# the sha256 of the series); when either differs, a pristine tree is unpacked and patched beside
+# it and then swapped in, so that module builds against the old tree (its cached build trees use
+# it through their `source` link) see it change at one instant, not half-patched.
 mkdir -p "$AIGPU_CACHE"
 kver=$(dpkg-query -W -f='${Version}' "$KVER_PKG")
-if [ "$(cat "$KSRC/.aigpu-pkg-version" 2>/dev/null)" != "$kver" ]; then
-  stamp "unpacking $KVER_PKG $kver"
-  rm -rf "$KSRC"
-  tar -C "$AIGPU_CACHE" -xf /usr/src/linux-source-7.3.tar.xz
-  patch -s -d "$KSRC" -p1 < "$AIGPU_ROOT/kmd/kconfig/0001-rust-drm-visible.patch"
-  echo "$kver" > "$KSRC/.aigpu-pkg-version"
+mapfile -t series < <(kpatch_series)
+series_sum=$(kpatch_series_sum)
+if [ "$(cat "$KSRC/.aigpu-pkg-version" 2>/dev/null)" != "$kver" ] ||
+   [ "$(cat "$KSRC/.aigpu-patches" 2>/dev/null)" != "$series_sum" ]; then
+  stamp "unpacking $KVER_PKG $kver with ${#series[@]} patches (series $series_sum)"
+  new=$AIGPU_CACHE/linux-source-new.$$
+  rm -rf "$new"
+  mkdir -p "$new"
+  tar -C "$new" -xf /usr/src/linux-source-7.3.tar.xz
+  for p in "${series[@]}"; do
+    patch -s -d "$new/linux-source-7.3" -p1 --no-backup-if-mismatch < "$p" ||
+      { echo "setup-toolchain: $(basename "$p") does not apply to $KVER_PKG $kver" >&2; rm -rf "$new"; exit 1; }
+  done
+  echo "$kver" > "$new/linux-source-7.3/.aigpu-pkg-version"
+  echo "$series_sum" > "$new/linux-source-7.3/.aigpu-patches"
+  old=$AIGPU_CACHE/linux-source-old.$$
+  [ -e "$KSRC" ] && mv "$KSRC" "$old"
+  mv "$new/linux-source-7.3" "$KSRC"
+  rm -rf "$old" "$new"
 fi
 
 if ! "$TOOLS/bin/bindgen" --version 2>/dev/null | grep -q "$BINDGEN_VER"; then
