@@ -17,6 +17,8 @@
 //!                 and its interrupt line (a hard `irq_work`: a self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
 //! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
+//! - `fdinfo.rs`, `coredump.rs`, `wedged.rs` — the kernel's standard interfaces: fdinfo usage
+//!   stats, device coredumps, the DRM wedged event on device loss;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign
 //!                 objects;
 //! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
@@ -30,10 +32,12 @@
 use kernel::prelude::*;
 
 mod bus;
+mod coredump;
 mod ctx;
 mod debugfs;
 mod driver;
 mod dump;
+mod fdinfo;
 mod file;
 mod gem;
 mod gpu;
@@ -43,6 +47,7 @@ mod pt;
 mod query;
 mod text;
 mod vm;
+mod wedged;
 
 /// The device model of docs/hw-spec.md (`vgpu/src/model`, the simulator's executor), compiled
 /// into the module as the "silicon" `hw.rs` runs.

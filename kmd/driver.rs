@@ -102,6 +102,10 @@ impl drm::Driver for AigpuDriver {
     };
     const FEAT_RENDER: bool = true;
     const IOCTLS: &'static [drm::ioctl::DrmIoctlDescriptor] = ioctl::IOCTLS;
+
+    fn show_fdinfo(dev: &drm::Device<Self, drm::Registered>, file: &DrmFile, p: &mut drm::print::Printer<'_>) {
+        crate::fdinfo::show(dev, file, p);
+    }
 }
 
 /// Owns a faux device registration that was leaked to `'static`, so that the DRM registration

@@ -1,13 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Crash dumps: on every fault or hang, a text snapshot of the event (docs/debugfs.md), kept in
-//! memory (the last 8) and published as `crashdumps/crash-<n>` in the device's debugfs
-//! directory.
-//!
-//! Why debugfs and not devcoredump: Rust for Linux 7.3 has no devcoredump binding, and a C shim
-//! would be the module's only C file (its own build rules, its own review). debugfs gives the same
-//! thing a reader needs (a file per event, root only, readable at any time after the event), keeps
-//! the last few instead of devcoredump's one-at-a-time with a 5-minute expiry, and `umd-smi`
-//! already reads the device's debugfs directory. See docs/kmd.md.
+//! Crash dumps: on every fault, hang and device loss, a text snapshot of the event (format in
+//! docs/kmd.md, "Device coredump"), published twice: as the device's devcoredump
+//! (`/sys/class/devcoredump/devcd<N>/data`, `coredump.rs`), and kept in memory (the last 8) as
+//! `crashdumps/crash-<n>` in the device's debugfs directory, for history (docs/debugfs.md).
 //!
 //! A dump is built while the device still shows the event (before the engine reset clears the
 //! fault registers): the registers, the ring, the job's packets read back through the job's own
@@ -19,10 +14,11 @@ use kernel::{
     bindings,
     prelude::*,
     str::CString,
-    sync::{Arc, ArcBorrow},
+    sync::{aref::ARef, Arc, ArcBorrow},
 };
 
 use crate::{
+    driver::AigpuDevice,
     gpu::{queue_priority, FaultInfo, Gpu, Sched, KERNEL_SLOT, RING_ENTRIES},
     hw::mono_ns,
     model::{mmu, PhysMem},
@@ -56,6 +52,12 @@ pub(crate) struct Dumps {
     pub(crate) total: u64,
     /// `crashdumps/` (null before debugfs is set up and after it is torn down).
     pub(crate) dir: *mut bindings::dentry,
+    /// The DRM device, from its first open until teardown: the devcoredump's device and the
+    /// sender of the wedged event (`coredump.rs`, `wedged.rs`). A reference cycle (the device
+    /// owns the `Gpu` that owns this) that [`detach_debugfs`] breaks.
+    pub(crate) drm: Option<ARef<AigpuDevice>>,
+    /// Set by [`detach_debugfs`]: the device is going away, [`attach_device`] does nothing.
+    pub(crate) detached: bool,
 }
 
 // SAFETY: the dentry pointers are only used under the `Dumps` mutex, with the debugfs API that
@@ -68,7 +70,17 @@ impl Dumps {
             list: KVec::new(),
             total: 0,
             dir: core::ptr::null_mut(),
+            drm: None,
+            detached: false,
         }
+    }
+}
+
+/// Remembers the DRM device of `gpu` (called at every open; the first one counts).
+pub(crate) fn attach_device(gpu: &Gpu, dev: &AigpuDevice) {
+    let mut d = gpu.dumps.lock();
+    if d.drm.is_none() && !d.detached {
+        d.drm = Some(dev.into());
     }
 }
 
@@ -214,11 +226,7 @@ pub(crate) fn build(
     job: u64,
     fault: Option<FaultInfo>,
 ) -> Option<Dump> {
-    let seq = {
-        let mut d = gpu.dumps.lock();
-        d.total += 1;
-        d.total
-    };
+    let seq = next_seq(gpu);
     let hw = &gpu.hw;
     let qb = regs::queue_base(queue);
     let head = hw.read32(qb + regs::Q_HEAD);
@@ -231,40 +239,14 @@ pub(crate) fn build(
     let ctx = st.contexts.get(&ctx_id);
     let client = the_job.and_then(|j| st.clients.get(&j.client));
 
-    let mut t = Text::new();
-    tprint!(&mut t, "aigpu crash dump {}\n", seq);
-    tprint!(&mut t, "kernel=");
-    kernel_release(&mut t);
-    tprint!(
-        &mut t,
-        " driver={}.{}.{} uapi={}.{} device={}\n",
-        version::DRIVER_VERSION.0,
-        version::DRIVER_VERSION.1,
-        version::DRIVER_VERSION.2,
-        version::UAPI_MAJOR,
-        version::UAPI_MINOR,
-        gpu.name.to_str().unwrap_or("aigpu")
-    );
     let mut time = Text::new();
-    wall_iso(&mut time);
-    tprint!(&mut t, "time_wall=");
-    t.push_bytes(time.as_bytes());
-    tprint!(&mut t, " time_mono_ns={}\n", mono_ns());
-    tprint!(&mut t, "kind={}\n", kind);
+    let mut t = header(gpu, seq, kind, &mut time);
     match (the_job, client) {
         (Some(j), Some(c)) => tprint!(&mut t, "process pid={} comm={} client={}\n", c.pid, c.comm, j.client),
         _ => tprint!(&mut t, "process pid=0 comm=? client=0\n"),
     }
     if let Some(c) = ctx {
-        tprint!(
-            &mut t,
-            "context ctx={} queue={} prio={} submitted={} completed={}\n",
-            ctx_id,
-            c.queue,
-            prio_name(c.priority),
-            c.submitted,
-            c.completed
-        );
+        context_line(ctx_id, c, &mut t);
     } else {
         tprint!(&mut t, "context ctx=0 queue={} prio={}\n", queue, prio_name(queue_priority(queue)));
     }
@@ -388,32 +370,8 @@ pub(crate) fn build(
             page_walk(bus, walk_root, va, &mut t);
         }
     }
-    // Registers, on one line (readers take the line after `registers:`).
-    tprint!(&mut t, "registers:\n ");
-    let named: [(&str, usize); 6] = [
-        ("IRQ_RAWSTAT", regs::IRQ_RAWSTAT),
-        ("IRQ_MASK", regs::IRQ_MASK),
-        ("STATUS", regs::STATUS),
-        ("FAULT_STATUS", regs::FAULT_STATUS),
-        ("FAULT_OFFSET", regs::FAULT_OFFSET),
-        ("DEBUG_CTRL", regs::DEBUG_CTRL),
-    ];
-    for (n, off) in named {
-        tprint!(&mut t, " {}={:#010x}", n, hw.read32(off));
-    }
-    tprint!(&mut t, " FAULT_ADDR={:#x} FAULT_JOB={}", hw.read64(regs::FAULT_ADDR), hw.read64(regs::FAULT_JOB));
-    let qregs: [(&str, usize); 5] = [
-        ("HEAD", regs::Q_HEAD),
-        ("TAIL", regs::Q_TAIL),
-        ("STATE", regs::Q_STATE),
-        ("CUR_OFFSET", regs::Q_CUR_OFFSET),
-        ("DONE_COUNT", regs::Q_DONE_COUNT),
-    ];
-    for (n, off) in qregs {
-        tprint!(&mut t, " Q{}_{}={}", queue, n, hw.read32(qb + off));
-    }
-    tprint!(&mut t, " Q{}_CUR_JOB={}\n", queue, hw.read64(qb + regs::Q_CUR_JOB));
-    tprint!(&mut t, "end\n");
+    innocent(st, ctx_id, &mut t);
+    registers(gpu, queue, &mut t);
     Some(Dump {
         seq,
         kind,
@@ -423,10 +381,146 @@ pub(crate) fn build(
     })
 }
 
-/// Keeps `d` and publishes it as `crashdumps/crash-<n>`; drops the oldest beyond the limit.
+/// The `context` line of the guilty context `id`.
+fn context_line(id: u32, c: &crate::gpu::Ctx, t: &mut Text) {
+    tprint!(
+        t,
+        "context ctx={} queue={} prio={} submitted={} completed={}\n",
+        id,
+        c.queue,
+        prio_name(c.priority),
+        c.submitted,
+        c.completed
+    );
+}
+
+/// Takes the next dump number.
+fn next_seq(gpu: &Gpu) -> u64 {
+    let mut d = gpu.dumps.lock();
+    d.total += 1;
+    d.total
+}
+
+/// The first lines of a dump: number, versions, time (also written to `time`), kind.
+fn header(gpu: &Gpu, seq: u64, kind: &str, time: &mut Text) -> Text {
+    let mut t = Text::new();
+    tprint!(&mut t, "aigpu crash dump {}\n", seq);
+    tprint!(&mut t, "kernel=");
+    kernel_release(&mut t);
+    tprint!(
+        &mut t,
+        " driver={}.{}.{} uapi={}.{} device={}\n",
+        version::DRIVER_VERSION.0,
+        version::DRIVER_VERSION.1,
+        version::DRIVER_VERSION.2,
+        version::UAPI_MAJOR,
+        version::UAPI_MINOR,
+        gpu.name.to_str().unwrap_or("aigpu")
+    );
+    wall_iso(time);
+    tprint!(&mut t, "time_wall=");
+    t.push_bytes(time.as_bytes());
+    tprint!(&mut t, " time_mono_ns={}\n", mono_ns());
+    tprint!(&mut t, "kind={}\n", kind);
+    t
+}
+
+/// One `innocent` line per other context with work in a ring (the engine reset that follows
+/// resubmits it, or drops it when the device is lost).
+fn innocent(st: &Sched, guilty: u32, t: &mut Text) {
+    for (id, c) in st.contexts.iter() {
+        if *id == guilty || c.inflight == 0 {
+            continue;
+        }
+        let (pid, comm) = Gpu::owner(st, *id);
+        tprint!(
+            t,
+            "innocent ctx={} client={} pid={} comm={} queue={} prio={} inflight={}\n",
+            id,
+            c.client,
+            pid,
+            comm,
+            c.queue,
+            prio_name(c.priority),
+            c.inflight
+        );
+    }
+}
+
+/// The context whose fault or hang led to a failed reset: still guilty with its jobs in a ring
+/// (the reset drops them only after the device answered). None for a loss out of the blue.
+pub(crate) fn guilty_of_loss(st: &Sched) -> Option<u32> {
+    st.contexts
+        .iter()
+        .find(|(_, c)| c.reset_status == crate::uapi::ioctl::RESET_GUILTY && c.inflight > 0)
+        .map(|(id, _)| *id)
+}
+
+/// The dump of a device loss (the engine did not come back from a reset, or the device fell off
+/// the bus), taken when the driver gives the device up: the guilty context when a fault or hang
+/// led to the reset, the contexts whose work is dropped, the registers as they read now.
+pub(crate) fn build_lost(gpu: &Gpu, st: &Sched) -> Dump {
+    let seq = next_seq(gpu);
+    let guilty = guilty_of_loss(st);
+    let mut time = Text::new();
+    let mut t = header(gpu, seq, "lost", &mut time);
+    let ctx_id = guilty.unwrap_or(0);
+    match guilty.and_then(|g| st.contexts.get(&g)).and_then(|c| st.clients.get(&c.client).map(|k| (c, k))) {
+        Some((c, k)) => {
+            tprint!(&mut t, "process pid={} comm={} client={}\n", k.pid, k.comm, c.client);
+            context_line(ctx_id, c, &mut t);
+        }
+        None => tprint!(&mut t, "process pid=0 comm=? client=0\ncontext ctx=0\n"),
+    }
+    tprint!(&mut t, "lost id={:#010x} expected={:#010x}\n", gpu.hw.read32(regs::ID), regs::ID_VALUE);
+    innocent(st, ctx_id, &mut t);
+    registers(gpu, 0, &mut t);
+    Dump {
+        seq,
+        kind: "lost",
+        ctx: ctx_id,
+        time: time.into_bytes(),
+        text: t.into_bytes(),
+    }
+}
+
+/// The registers, on one line after `registers:` (readers take that line), and `end`.
+fn registers(gpu: &Gpu, queue: usize, t: &mut Text) {
+    let hw = &gpu.hw;
+    let qb = regs::queue_base(queue);
+    tprint!(t, "registers:\n ");
+    let named: [(&str, usize); 6] = [
+        ("IRQ_RAWSTAT", regs::IRQ_RAWSTAT),
+        ("IRQ_MASK", regs::IRQ_MASK),
+        ("STATUS", regs::STATUS),
+        ("FAULT_STATUS", regs::FAULT_STATUS),
+        ("FAULT_OFFSET", regs::FAULT_OFFSET),
+        ("DEBUG_CTRL", regs::DEBUG_CTRL),
+    ];
+    for (n, off) in named {
+        tprint!(t, " {}={:#010x}", n, hw.read32(off));
+    }
+    tprint!(t, " FAULT_ADDR={:#x} FAULT_JOB={}", hw.read64(regs::FAULT_ADDR), hw.read64(regs::FAULT_JOB));
+    let qregs: [(&str, usize); 5] = [
+        ("HEAD", regs::Q_HEAD),
+        ("TAIL", regs::Q_TAIL),
+        ("STATE", regs::Q_STATE),
+        ("CUR_OFFSET", regs::Q_CUR_OFFSET),
+        ("DONE_COUNT", regs::Q_DONE_COUNT),
+    ];
+    for (n, off) in qregs {
+        tprint!(t, " Q{}_{}={}", queue, n, hw.read32(qb + off));
+    }
+    tprint!(t, " Q{}_CUR_JOB={}\n", queue, hw.read64(qb + regs::Q_CUR_JOB));
+    tprint!(t, "end\n");
+}
+
+/// Publishes `d` as the device's devcoredump, keeps it and publishes it as
+/// `crashdumps/crash-<n>`; drops the oldest beyond the limit.
 pub(crate) fn publish(gpu: &Gpu, d: Dump) {
     let Ok(d) = Arc::new(d, GFP_KERNEL) else { return };
     let mut dumps = gpu.dumps.lock();
+    crate::coredump::publish(&dumps, &d.text);
     let mut dentry = core::ptr::null_mut();
     if !dumps.dir.is_null() {
         if let Ok(name) = CString::try_from_fmt(fmt!("crash-{}", d.seq)) {
@@ -515,11 +609,20 @@ pub(crate) fn render_list(gpu: &Gpu, out: &mut Text) {
     }
 }
 
-/// Forgets the debugfs files (the device's debugfs tree is about to be removed with them).
+/// Forgets the debugfs files (the device's debugfs tree is about to be removed with them) and
+/// the DRM device (which is about to be unregistered), after removing a pending devcoredump.
 pub(crate) fn detach_debugfs(gpu: &Gpu) {
-    let mut d = gpu.dumps.lock();
-    d.dir = core::ptr::null_mut();
-    for e in d.list.iter_mut() {
-        e.1 = core::ptr::null_mut();
+    let drm = {
+        let mut d = gpu.dumps.lock();
+        d.dir = core::ptr::null_mut();
+        for e in d.list.iter_mut() {
+            e.1 = core::ptr::null_mut();
+        }
+        d.detached = true;
+        d.drm.take()
+    };
+    // Outside the lock: the last reference to the DRM device may go here.
+    if let Some(drm) = drm {
+        crate::coredump::remove(&drm);
     }
 }

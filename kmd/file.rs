@@ -43,6 +43,8 @@ impl drm::file::DriverFile for AigpuFile {
 
     fn open(dev: &AigpuDevice) -> Result<Pin<KBox<Self>>> {
         let gpu = dev.gpu.clone();
+        // The devcoredump's device and the wedged event's sender (`dump.rs`).
+        crate::dump::attach_device(&gpu, dev);
         let vm = Arc::pin_init(new_mutex!(Vm::new(dev.stats.clone(), gpu.clone())), GFP_KERNEL)?;
         let stats = Arc::new(
             ClientStats {

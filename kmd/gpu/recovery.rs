@@ -318,6 +318,9 @@ impl Gpu {
             let mut t = Text::new();
             tprint!(&mut t, "{}", report::LOST_LINE);
             self.log(Level::Err, &t);
+            // Before the jobs go: the dump names the guilty context and the ones whose work is
+            // dropped.
+            crate::wedged::device_lost(self, st);
         }
         st.lost = true;
         for (_, c) in st.clients.iter() {
