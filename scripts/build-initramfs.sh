@@ -36,6 +36,7 @@ mkdir -p "$OUT"
 cflags=(-static -O2 -g -Wall -Wextra -Werror -I"$HDR" -I"$AIGPU_ROOT/include")
 gcc "${cflags[@]}" -o "$OUT/kmd_test" "$AIGPU_ROOT/tests/guest/kmd_test.c"
 gcc "${cflags[@]}" -o "$OUT/exec_test" "$AIGPU_ROOT/tests/guest/exec_test.c"
+gcc "${cflags[@]}" -o "$OUT/std_interfaces_test" "$AIGPU_ROOT/tests/guest/std_interfaces_test.c"
 
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
@@ -79,6 +80,7 @@ open(out + "/aigpu-vermagic.txt", "w").write("aigpu-vermagic.ko built for %s\n" 
 PY
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
 cp "$OUT/exec_test" "$R/bin/exec_test"
+cp "$OUT/std_interfaces_test" "$R/bin/std_interfaces_test"
 for b in ${GUEST_EXTRA_BINS:-}; do
   cp "$b" "$R/bin/"
 done

@@ -235,6 +235,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
   erc=$?
   echo "GUEST: exec_test exit $erc"
   [ $erc = 0 ] || rc=1
+  # The kernel's standard interfaces: fdinfo, devcoredump, the WEDGED uevent and its recovery
+  # (reloads the module with its own parameters and leaves it loaded with the UMD parameters).
+  /bin/std_interfaces_test --module /lib/modules/aigpu.ko --params "$UMD_PARAMS"
+  sirc=$?
+  echo "GUEST: std_interfaces_test exit $sirc"
+  [ $sirc = 0 ] || rc=1
   # The UMD's tests (the same sources the host runs on the simulator), when staged.
   if [ -x /bin/backend_conformance ]; then
     export UMD_BACKEND=kmd
