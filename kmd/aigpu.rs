@@ -2,10 +2,14 @@
 //! aigpu: DRM render driver for the aigpu virtual AI GPU (Rust for Linux 7.3).
 //!
 //! Module root: the `module!` declaration and its parameters, the modinfo version, and the
-//! module object that owns one faux device + DRM registration per virtual GPU.
+//! module object: the PCI driver registration (one virtual GPU per bound PCI function) and the
+//! faux devices + DRM registrations of the virtual GPUs beyond those (docs/kmd.md,
+//! "Attachments").
 //!
 //! Layout (one concern per file, after drivers/gpu/drm/tyr):
-//! - `driver.rs` — the `drm::Driver` implementation, per-device data, device creation;
+//! - `driver.rs` — the `drm::Driver` implementation, per-device data, device numbers, a GPU
+//!                 attached to a bus device, the faux attachment;
+//! - `pci.rs`    — the PCI attachment: the `pci::Driver`, the function's MSI and its handler;
 //! - `file.rs`   — per-open-file state: the GPU address space, the contexts and the set of our
 //!                 GEM objects;
 //! - `ctx.rs`    — the context, submit and wait ioctls, command-buffer validation;
@@ -14,7 +18,8 @@
 //!                 decision by the driver's rules (`rules/src/rules`, `mod rules` below), which
 //!                 the simulator backend runs too;
 //! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
-//!                 and its interrupt line (a hard `irq_work`: a self-interrupt);
+//!                 and its interrupt line (the PCI function's MSI, or a hard `irq_work`: a
+//!                 self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
 //! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
 //! - `fdinfo.rs`, `coredump.rs`, `wedged.rs` — the kernel's standard interfaces: fdinfo usage
@@ -43,6 +48,7 @@ mod gem;
 mod gpu;
 mod hw;
 mod ioctl;
+mod pci;
 mod pt;
 mod query;
 mod text;
@@ -75,7 +81,7 @@ module! {
     params: {
         num_devices: u32 {
             default: 1,
-            description: "Number of virtual AI GPUs to create (1..=8, default 1)",
+            description: "Number of virtual AI GPUs to create (1..=8, default 1): one per aigpu PCI function, faux devices for the rest",
         },
         mem_mib: u32 {
             default: 256,
@@ -104,21 +110,33 @@ const _: () = assert!(
         && uapi::version::DRIVER_VERSION.2 == 0
 );
 
-/// Largest accepted `num_devices`.
+/// Largest accepted `num_devices`, and most virtual GPUs at a time (PCI functions included).
 const MAX_DEVICES: u32 = 8;
 /// Largest accepted `mem_mib` (16 GiB).
 const MAX_MEM_MIB: u32 = 16384;
 /// Accepted `job_timeout_ms` range.
 const JOB_TIMEOUT_MS: core::ops::RangeInclusive<u32> = 10..=600_000;
 
+/// The GEM budget of each virtual GPU (bytes) and its execution settings, from the module
+/// parameters (checked by `AigpuModule::init` before any GPU is created).
+fn gpu_params() -> (u64, gpu::Config) {
+    let cfg = gpu::Config {
+        job_timeout_ms: module_parameters::job_timeout_ms.value(),
+        hang_debug: module_parameters::hang_debug.value(),
+    };
+    (u64::from(module_parameters::mem_mib.value()) << 20, cfg)
+}
+
 struct AigpuModule {
-    /// One entry per virtual GPU; dropped in order (each entry unregisters its DRM device before
-    /// destroying its faux device).
+    /// One entry per virtual GPU on a faux device; dropped in order (each entry unregisters its
+    /// DRM device before destroying its faux device).
     _gpus: KVec<driver::VirtualGpu>,
+    /// The PCI driver: unregistering it unbinds every function (their GPUs go with them).
+    _pci: Pin<KBox<kernel::driver::Registration<kernel::pci::Adapter<pci::AigpuPci>>>>,
 }
 
 impl kernel::Module for AigpuModule {
-    fn init(_module: &'static ThisModule) -> Result<Self> {
+    fn init(module: &'static ThisModule) -> Result<Self> {
         let n = module_parameters::num_devices.value();
         let mem_mib = module_parameters::mem_mib.value();
         if n == 0 || n > MAX_DEVICES {
@@ -139,15 +157,19 @@ impl kernel::Module for AigpuModule {
             );
             return Err(EINVAL);
         }
-        let cfg = gpu::Config {
-            job_timeout_ms,
-            hang_debug: module_parameters::hang_debug.value(),
-        };
-        let mut gpus = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-        for index in 0..n {
-            // On failure the GPUs created so far are torn down when `gpus` drops.
-            gpus.push(driver::VirtualGpu::new(index, u64::from(mem_mib) << 20, cfg)?, GFP_KERNEL)?;
+        let (mem_total, cfg) = gpu_params();
+        // The PCI functions first: registering the driver probes the functions present (one GPU
+        // each, the lowest device numbers); faux devices make up the rest of `num_devices`.
+        let pci = KBox::pin_init(kernel::driver::Registration::new(pci::NAME, module), GFP_KERNEL)?;
+        let faux = n.saturating_sub(driver::Number::in_use());
+        let mut gpus = KVec::with_capacity(faux as usize, GFP_KERNEL)?;
+        for _ in 0..faux {
+            // On failure the GPUs created so far are torn down when `gpus` and `pci` drop.
+            gpus.push(driver::VirtualGpu::new(mem_total, cfg)?, GFP_KERNEL)?;
         }
-        Ok(Self { _gpus: gpus })
+        Ok(Self {
+            _gpus: gpus,
+            _pci: pci,
+        })
     }
 }

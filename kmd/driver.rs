@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The DRM driver: `drm::Driver` implementation, per-device data and the creation of one
-//! virtual GPU (faux parent device + DRM registration with a render node).
+//! The DRM driver: `drm::Driver` implementation, per-device data, the device numbers
+//! (`aigpu<N>`), and the attachment of one virtual GPU to a bus device: [`Attached`] (the
+//! execution half + DRM registration with a render node) on a PCI function (`pci.rs`) or on a
+//! faux device ([`VirtualGpu`]) where there is no PCI function for it (docs/kmd.md,
+//! "Attachments").
 
 use core::ptr::NonNull;
 
@@ -9,7 +12,7 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::{
-        atomic::{Atomic, Relaxed},
+        atomic::{Atomic, Full, Relaxed},
         Arc,
     },
 };
@@ -49,6 +52,9 @@ pub(crate) struct DeviceData {
     pub(crate) stats: Arc<Stats>,
     /// The execution half: device model, rings, contexts, interrupts, recovery.
     pub(crate) gpu: Arc<Gpu>,
+    /// The device number `index`, free again once the device is released (last field: after the
+    /// leak check of `drop`, nothing of the device is left).
+    _number: Number,
 }
 
 impl Drop for DeviceData {
@@ -91,7 +97,7 @@ impl drm::Driver for AigpuDriver {
     type RegistrationData<'a> = ();
     type Object = Gem;
     type File = AigpuFile;
-    type ParentDevice<Ctx: device::DeviceContext> = faux::Device<Ctx>;
+    type ParentDevice<Ctx: device::DeviceContext> = Parent<Ctx>;
 
     const INFO: drm::DriverInfo = drm::DriverInfo {
         major: uapi::version::DRIVER_VERSION.0 as i32,
@@ -108,6 +114,166 @@ impl drm::Driver for AigpuDriver {
     }
 }
 
+/// The DRM parent of a virtual GPU: the bus device it is attached to, a PCI function
+/// (`pci.rs`) or a faux device ([`VirtualGpu`]).
+///
+/// `drm::Driver::ParentDevice` is one bus type per driver, and this driver serves two buses with
+/// one DRM driver (one ioctl table, one GEM type, one file type). Nothing here needs the bus
+/// type of the parent, only its `struct device` (DMA, the DRM device's parent link, names), so
+/// the parent is the plain device, as a transparent wrapper that the DRM abstraction accepts.
+#[repr(transparent)]
+pub(crate) struct Parent<Ctx: device::DeviceContext = device::Normal>(device::Device<Ctx>);
+
+impl<Ctx: device::DeviceContext> AsRef<device::Device<Ctx>> for Parent<Ctx> {
+    fn as_ref(&self) -> &device::Device<Ctx> {
+        &self.0
+    }
+}
+
+// SAFETY: `Parent<Ctx>` is a `#[repr(transparent)]` wrapper of `device::Device<Ctx>`, itself a
+// transparent wrapper of `struct device`: the base `struct device` is at offset 0, and every
+// `struct device` (of any bus) is contained in a `Parent` that way.
+unsafe impl<Ctx: device::DeviceContext> device::AsBusDevice<Ctx> for Parent<Ctx> {
+    const OFFSET: usize = 0;
+}
+
+impl Parent<device::Bound> {
+    /// The parent view of a bound bus device.
+    fn of(dev: &device::Device<device::Bound>) -> &Self {
+        // SAFETY: every `device::Device` is contained in a `Parent` at offset 0 (see the
+        // `AsBusDevice` implementation).
+        unsafe { <Self as device::AsBusDevice<device::Bound>>::from_device(dev) }
+    }
+}
+
+/// Device numbers in use, one bit each (`aigpu<N>`, N < `MAX_DEVICES`), shared by both
+/// attachments: PCI functions take the lowest free number when they are probed, faux devices
+/// the lowest free ones after them.
+static NUMBERS: Atomic<u32> = Atomic::new(0);
+const _: () = assert!(crate::MAX_DEVICES <= u32::BITS);
+
+/// A device number taken from [`NUMBERS`], given back on drop.
+pub(crate) struct Number(u32);
+
+impl Number {
+    /// The lowest free device number; `ENOSPC` when all `MAX_DEVICES` are in use.
+    pub(crate) fn take() -> Result<Self> {
+        let mut cur = NUMBERS.load(Relaxed);
+        loop {
+            let n = (!cur).trailing_zeros();
+            if n >= crate::MAX_DEVICES {
+                return Err(ENOSPC);
+            }
+            match NUMBERS.cmpxchg(cur, cur | (1 << n), Full) {
+                Ok(_) => return Ok(Self(n)),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// How many device numbers are in use.
+    pub(crate) fn in_use() -> u32 {
+        NUMBERS.load(Relaxed).count_ones()
+    }
+
+    fn get(&self) -> u32 {
+        self.0
+    }
+}
+
+impl Drop for Number {
+    fn drop(&mut self) {
+        let mut cur = NUMBERS.load(Relaxed);
+        while let Err(seen) = NUMBERS.cmpxchg(cur, cur & !(1 << self.0), Full) {
+            cur = seen;
+        }
+    }
+}
+
+/// DMA mask of the device: page-table entries hold 52-bit physical addresses (bits 51:12).
+pub(crate) const DMA_MASK_BITS: u32 = 52;
+
+/// A virtual GPU attached to a bound bus device: its execution half and its DRM registration.
+pub(crate) struct Attached<'a> {
+    // Field order is drop order: unregister (unplug) the DRM device first (which removes its
+    // debugfs tree and, with the last reference, releases the device data, shutting the
+    // execution half down), then free this reference to the execution half.
+    _drm: drm::Registration<'a, AigpuDriver>,
+    gpu: Arc<Gpu>,
+}
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        // The debugfs tree goes away with the registration: crash dumps must not be added to it
+        // from now on.
+        crate::dump::detach_debugfs(&self.gpu);
+    }
+}
+
+impl<'a> Attached<'a> {
+    /// Creates virtual GPU number `number` on `dev` (whose DMA mask is set) with a GEM budget of
+    /// `mem_total` bytes, registers its DRM device and prints the probe line.
+    pub(crate) fn new(
+        dev: &'a device::Device<device::Bound>,
+        number: Number,
+        mem_total: u64,
+        cfg: gpu::Config,
+    ) -> Result<Self> {
+        let index = number.get();
+        let mem = Arc::new(MemAccount::new(mem_total), GFP_KERNEL)?;
+        let stats = Arc::new(
+            Stats {
+                pt_pages: Atomic::new(0),
+                mappings: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        // From here on the execution half runs; the device data shuts it down when it goes (also
+        // when creating the DRM device fails, which drops the data).
+        let gpu = Gpu::new(dev, index, mem.clone(), cfg)?;
+        let data = DeviceData {
+            index,
+            mem,
+            stats,
+            gpu: gpu.clone(),
+            _number: number,
+        };
+        let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(Parent::of(dev), Ok(data))?;
+        // SAFETY: the registration is stored in `Attached` and never forgotten.
+        let drm = unsafe { drm::Registration::new(dev, unreg, (), 0)? };
+        // The device's debugfs files, in the DRM device's debugfs directory.
+        // `drm::Device` is `#[repr(C)]` with its `struct drm_device` first.
+        let raw = core::ptr::from_ref(drm.device()).cast::<bindings::drm_device>();
+        // SAFETY: `raw` is the registered DRM device; its debugfs directory lives until the
+        // registration is dropped, before `gpu` is shut down (field order of `Attached`).
+        unsafe { crate::debugfs::create((*raw).debugfs_root, &gpu) };
+
+        // The one probe line: device, UAPI version, driver version, memory size.
+        let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
+        // SAFETY: `_printk` is variadic; every conversion in the format matches its argument:
+        // `%s` a NUL-terminated string that outlives the call, `%u` a C unsigned int (u32), `%llu`
+        // a C unsigned long long (u64).
+        unsafe {
+            bindings::_printk(
+                c"\x016aigpu %s: virtual AI GPU, UAPI %u.%u, driver %u.%u.%u, %llu MiB\n".as_char_ptr(),
+                name.as_char_ptr(),
+                uapi::version::UAPI_MAJOR,
+                uapi::version::UAPI_MINOR,
+                uapi::version::DRIVER_VERSION.0,
+                uapi::version::DRIVER_VERSION.1,
+                uapi::version::DRIVER_VERSION.2,
+                mem_total >> 20,
+            )
+        };
+        Ok(Self { _drm: drm, gpu })
+    }
+
+    /// The execution half.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
 /// Owns a faux device registration that was leaked to `'static`, so that the DRM registration
 /// (which borrows its parent device for `'a`) can live in the module object.
 struct FauxOwner(NonNull<faux::Registration>);
@@ -120,32 +286,18 @@ unsafe impl Sync for FauxOwner {}
 impl Drop for FauxOwner {
     fn drop(&mut self) {
         // SAFETY: the pointer comes from `KBox::into_raw` in `VirtualGpu::new`, and the DRM registration
-        // that borrowed it has been dropped before (field order in `Gpu`).
+        // that borrowed it has been dropped before (field order in `VirtualGpu`).
         drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
     }
 }
 
-/// One virtual GPU: its faux parent device and its DRM registration.
+/// One virtual GPU on a faux device (no PCI function): the device and the GPU attached to it.
 pub(crate) struct VirtualGpu {
-    // Field order is drop order: unregister (unplug) the DRM device first (which removes its
-    // debugfs tree and, with the last reference, releases the device data, shutting the
-    // execution half down), then free the execution half, then destroy the faux device they
-    // borrow.
-    _drm: drm::Registration<'static, AigpuDriver>,
-    gpu: Arc<Gpu>,
+    // Field order is drop order: the GPU (DRM registration first), then the faux device it
+    // borrows.
+    _gpu: Attached<'static>,
     _faux: FauxOwner,
 }
-
-impl Drop for VirtualGpu {
-    fn drop(&mut self) {
-        // The debugfs tree goes away with the registration: crash dumps must not be added to it
-        // from now on.
-        crate::dump::detach_debugfs(&self.gpu);
-    }
-}
-
-/// DMA mask of the device: page-table entries hold 52-bit physical addresses (bits 51:12).
-const DMA_MASK_52: u64 = (1u64 << 52) - 1;
 
 /// Gives the faux device a DMA mask so the DMA API (page-table pages, GEM sg tables) works.
 ///
@@ -159,14 +311,16 @@ fn set_dma_mask(dev: &device::Device<device::Bound>) -> Result {
     // yet (the DRM device does not exist), so changing the masks cannot race with the DMA API.
     unsafe {
         (*raw).dma_mask = &raw mut (*raw).coherent_dma_mask;
-        kernel::error::to_result(bindings::dma_set_mask_and_coherent(raw, DMA_MASK_52))
+        kernel::error::to_result(bindings::dma_set_mask_and_coherent(raw, (1u64 << DMA_MASK_BITS) - 1))
     }
 }
 
 impl VirtualGpu {
-    /// Creates virtual GPU number `index` with a GEM budget of `mem_total` bytes.
-    pub(crate) fn new(index: u32, mem_total: u64, cfg: gpu::Config) -> Result<Self> {
-        let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
+    /// Creates a faux device `aigpu<N>` (N the lowest free device number) with a virtual GPU
+    /// whose GEM budget is `mem_total` bytes.
+    pub(crate) fn new(mem_total: u64, cfg: gpu::Config) -> Result<Self> {
+        let number = Number::take()?;
+        let name = CString::try_from_fmt(fmt!("aigpu{}", number.get()))?;
         let reg = KBox::new(faux::Registration::new(&name, None)?, GFP_KERNEL)?;
         let faux_raw = KBox::into_raw(reg);
         // `into_raw` never returns null; wrap it at once so every error path frees it.
@@ -176,55 +330,7 @@ impl VirtualGpu {
         // objects are dropped before `faux` goes out of scope).
         let fdev: &'static faux::Device<device::Bound> = unsafe { (*faux_raw).as_ref() };
         set_dma_mask(fdev.as_ref())?;
-
-        let mem = Arc::new(MemAccount::new(mem_total), GFP_KERNEL)?;
-        let stats = Arc::new(
-            Stats {
-                pt_pages: Atomic::new(0),
-                mappings: Atomic::new(0),
-            },
-            GFP_KERNEL,
-        )?;
-        // From here on the execution half runs; the device data shuts it down when it goes (also
-        // when creating the DRM device fails, which drops the data).
-        let gpu = Gpu::new(fdev.as_ref(), index, mem.clone(), cfg)?;
-        let data = DeviceData {
-            index,
-            mem,
-            stats,
-            gpu: gpu.clone(),
-        };
-        let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(fdev, Ok(data))?;
-        // SAFETY: the registration is stored in `VirtualGpu` and never forgotten.
-        let drm = unsafe { drm::Registration::new(fdev.as_ref(), unreg, (), 0)? };
-        // The device's debugfs files, in the DRM device's debugfs directory.
-        // `drm::Device` is `#[repr(C)]` with its `struct drm_device` first.
-        let raw = core::ptr::from_ref(drm.device()).cast::<bindings::drm_device>();
-        // SAFETY: `raw` is the registered DRM device; its debugfs directory lives until the
-        // registration is dropped, before `gpu` is shut down (field order of `VirtualGpu`).
-        unsafe { crate::debugfs::create((*raw).debugfs_root, &gpu) };
-
-        // The one probe line: device, UAPI version, driver version, memory size.
-        let dev_name = fdev.as_ref().name();
-        // SAFETY: `_printk` is variadic; every conversion in the format matches its argument:
-        // `%s` a NUL-terminated string that outlives the call, `%u` a C unsigned int (u32), `%llu`
-        // a C unsigned long long (u64).
-        unsafe {
-            bindings::_printk(
-                c"\x016aigpu %s: virtual AI GPU, UAPI %u.%u, driver %u.%u.%u, %llu MiB\n".as_char_ptr(),
-                dev_name.as_char_ptr(),
-                uapi::version::UAPI_MAJOR,
-                uapi::version::UAPI_MINOR,
-                uapi::version::DRIVER_VERSION.0,
-                uapi::version::DRIVER_VERSION.1,
-                uapi::version::DRIVER_VERSION.2,
-                mem_total >> 20,
-            )
-        };
-        Ok(Self {
-            _drm: drm,
-            gpu,
-            _faux: faux,
-        })
+        let gpu = Attached::new(fdev.as_ref(), number, mem_total, cfg)?;
+        Ok(Self { _gpu: gpu, _faux: faux })
     }
 }

@@ -19,9 +19,13 @@
 //! `IRQ_STATUS`, `IRQ_ACK`) made of atomics, separate from the execution engine, so hard-IRQ code
 //! can read and acknowledge it without sleeping and without a `spinlock_t` (which lockdep's
 //! raw-lock-nesting check forbids in hard-IRQ context, and Rust 7.3 has no raw spinlock). When
-//! the line goes from low to high the "interrupt controller" (an `irq_work` with
-//! `IRQ_WORK_HARD_IRQ`: a self-interrupt on the CPU that raised it, whose callback runs in
-//! hard-IRQ context) calls the connected handler: the driver's top half.
+//! the line goes from low to high it is delivered, and the connected handler (the driver's top
+//! half) runs in hard-IRQ context: on a PCI function the device raises the function's MSI
+//! through the emulated device's own interrupt-raise register ([`Hw::connect_msi`], `pci.rs`),
+//! whose `kernel::irq` handler calls [`Hw::fire`]; on a faux device (no interrupt line), or once
+//! the function is disconnected, the "interrupt controller" is an `irq_work` with
+//! `IRQ_WORK_HARD_IRQ` (a self-interrupt on the CPU that raised it, whose callback runs in
+//! hard-IRQ context).
 
 use core::{ffi::c_void, ptr};
 
@@ -30,7 +34,7 @@ use kernel::{
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, CondVar, Mutex, SpinLock,
+        Arc, CondVar, Mutex, SetOnce, SpinLock,
     },
     types::Opaque,
 };
@@ -38,6 +42,7 @@ use kernel::{
 use crate::{
     bus::{Bus, BusMem},
     model::{Clock, Device, Step},
+    pci::MsiLine,
     uapi::regs,
 };
 
@@ -161,6 +166,9 @@ pub(crate) struct Hw {
     /// handler runs in hard-IRQ context) that delivers the line to the handler.
     #[pin]
     controller: Controller,
+    /// The PCI function's MSI, when the device is attached to one: delivery raises it instead of
+    /// the self-interrupt while it is connected.
+    msi: SetOnce<Arc<MsiLine>>,
     /// Set by doorbells (and whatever else needs the device thread to look), cleared by it.
     #[pin]
     kick: SpinLock<bool>,
@@ -187,16 +195,7 @@ unsafe extern "C" fn controller_fired(work: *mut bindings::irq_work) {
     let field = Opaque::cast_from(work).cast::<Controller>().cast_mut();
     // SAFETY: `work` is the `controller` field of a `Hw` (function contract).
     let this = unsafe { &*container_of!(field, Hw, controller) };
-    let f = this.irq.handler.load(Acquire);
-    let data = this.irq.data.load(Relaxed);
-    if f != 0 {
-        // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
-        let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
-        // SAFETY: the handler and its data were connected by `request_irq`, whose caller
-        // guarantees they stay valid until `free_irq`, which waits for this delivery after
-        // disconnecting them.
-        unsafe { f(data as *const c_void) };
-    }
+    this.fire();
 }
 
 /// The interrupt controller: a hard-IRQ `irq_work` calling [`controller_fired`].
@@ -234,6 +233,7 @@ impl Hw {
             irq: IrqFile::new(),
             queues: core::array::from_fn(|_| QueueFront::new()),
             controller: Controller::new(),
+            msi: SetOnce::new(),
             kick <- new_spinlock!(false, "aigpu_hw_kick"),
             kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
             thread: Atomic::new(0),
@@ -305,6 +305,36 @@ impl Hw {
         self.irq.handler.store(f as usize, Release);
     }
 
+    /// Runs the connected handler, in hard-IRQ context: the interrupt was delivered (the
+    /// self-interrupt's callback, or the PCI function's MSI handler in `pci.rs`).
+    pub(crate) fn fire(&self) {
+        let f = self.irq.handler.load(Acquire);
+        let data = self.irq.data.load(Relaxed);
+        if f != 0 {
+            // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
+            let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
+            // SAFETY: the handler and its data were connected by `request_irq`, whose caller
+            // guarantees they stay valid until `free_irq`. `free_irq` waits for a self-interrupt
+            // delivery after disconnecting them; the MSI handler is freed before the device data
+            // that calls `free_irq` can go (`pci.rs`, drop order of `PciGpu`).
+            unsafe { f(data as *const c_void) };
+        }
+    }
+
+    /// Delivers through the PCI function's MSI from now on (while `line` is connected). Returns
+    /// false if an MSI was connected before (one per device lifetime).
+    pub(crate) fn connect_msi(&self, line: Arc<MsiLine>) -> bool {
+        self.msi.populate(line)
+    }
+
+    /// Delivers the line through the self-interrupt once, whatever its state: after the MSI is
+    /// disconnected and its handler freed, so that an MSI raised but not yet taken is not lost
+    /// (a delivery with nothing pending finds `IRQ_STATUS` 0 and does nothing).
+    pub(crate) fn self_interrupt(&self) {
+        // SAFETY: as in `deliver`.
+        unsafe { bindings::irq_work_queue(self.controller.get()) };
+    }
+
     /// Disconnects the handler and waits for a running delivery to finish.
     pub(crate) fn free_irq(&self) {
         self.irq.handler.store(0, Release);
@@ -313,9 +343,13 @@ impl Hw {
         unsafe { bindings::irq_work_sync(self.controller.get()) };
     }
 
-    /// Delivers the line (queues the controller's self-interrupt; already queued means the
-    /// handler has yet to run and will see this cause too).
+    /// Delivers the line: raises the PCI function's MSI when connected, else queues the
+    /// controller's self-interrupt (already queued means the handler has yet to run and will
+    /// see this cause too). Called in the device thread and in hard-IRQ context.
     fn deliver(&self) {
+        if self.msi.as_ref().is_some_and(|m| m.raise()) {
+            return;
+        }
         // SAFETY: `controller` is initialised and pinned inside the device structure, which
         // outlives it: `free_irq` (called before the device is freed) waits for it.
         unsafe { bindings::irq_work_queue(self.controller.get()) };

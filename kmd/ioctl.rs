@@ -221,7 +221,7 @@ fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult 
         size: req.size,
         access: req.access,
     };
-    let parent: &kernel::faux::Device<kernel::device::Bound> = dev.as_ref();
+    let parent: &crate::driver::Parent<kernel::device::Bound> = dev.as_ref();
     let f = file.inner();
     f.vm.lock().bind(parent.as_ref(), obj, &args)?;
     f.stats.mappings.fetch_add(1, kernel::sync::atomic::Relaxed);

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The PCI attachment (docs/kmd.md, "Attachments"): aigpu as a `kernel::pci::Driver` in the
+//! shape of drivers/gpu/nova-core, bound to QEMU's `edu` function (1234:11e8), one virtual GPU
+//! (one DRM device) per function.
+//!
+//! The function gives the GPU a place on a real bus (lspci and libdrm enumerate it; sysfs
+//! bind/unbind work) and a real interrupt line: the device model raises the function's MSI
+//! through edu's interrupt-raise register ([`MsiLine::raise`], called by `hw.rs` when the line
+//! goes high), and the MSI's `kernel::irq` handler ([`Msi`]) acknowledges edu and runs the top
+//! half ([`crate::hw::Hw::fire`]). edu's compute parts (factorial, DMA engine) are not used: the
+//! execution engine stays the device model of `hw.rs` on its kernel thread.
+
+use kernel::{
+    bindings,
+    device::{self, Core},
+    dma::{self, Device as _},
+    io::Io,
+    irq, pci,
+    prelude::*,
+    sizes::SZ_1M,
+    sync::{
+        atomic::{Acquire, Atomic, Release},
+        rcu, Arc,
+    },
+};
+
+use crate::{
+    driver::{Attached, Number, DMA_MASK_BITS},
+    gpu::Gpu,
+};
+
+/// QEMU's `edu` device: ids and the registers of BAR 0 this driver uses (QEMU's
+/// docs/specs/edu.rst).
+mod edu {
+    /// PCI vendor id (QEMU's own devices).
+    pub(super) const VENDOR: u32 = 0x1234;
+    /// PCI device id of `edu`.
+    pub(super) const DEVICE: u32 = 0x11e8;
+    /// Size of BAR 0.
+    pub(super) const BAR_SIZE: usize = super::SZ_1M;
+    /// Identification: `0xRRrr00ed` (major and minor version, then the magic).
+    pub(super) const ID: usize = 0x00;
+    /// The magic in the low half of `ID`.
+    pub(super) const ID_MAGIC: u32 = 0x00ed;
+    /// Interrupt status: the OR of the values written to `INTR_RAISE` and not acknowledged.
+    pub(super) const INTR_STATUS: usize = 0x24;
+    /// Interrupt raise: ORs the value into `INTR_STATUS` and raises the interrupt (the MSI when
+    /// the function's MSI is enabled, every time it is written).
+    pub(super) const INTR_RAISE: usize = 0x60;
+    /// Interrupt acknowledge: clears the written bits of `INTR_STATUS`.
+    pub(super) const INTR_ACK: usize = 0x64;
+    /// The status bit this driver raises: "the GPU's interrupt line went high".
+    pub(super) const LINE: u32 = 1;
+}
+
+/// `PCI_DEVICE(0x1234, 0x11e8)`.
+///
+/// `pci::Vendor` has no constant for 0x1234 (an id QEMU uses for its own devices, not one the
+/// PCI-SIG assigned) and no public constructor, so the id is built as the C table entry it wraps.
+const EDU_ID: pci::DeviceId = {
+    let raw = bindings::pci_device_id {
+        vendor: edu::VENDOR,
+        device: edu::DEVICE,
+        subvendor: !0,
+        subdevice: !0,
+        class: 0,
+        class_mask: 0,
+        driver_data: 0,
+        override_only: 0,
+    };
+    // SAFETY: `pci::DeviceId` is a `#[repr(transparent)]` wrapper of `struct pci_device_id` that
+    // adds no invariant (as its `RawDeviceId` implementation states), and `raw` is the entry
+    // `pci::DeviceId::from_id` builds for a vendor and device id.
+    unsafe { core::mem::transmute::<bindings::pci_device_id, pci::DeviceId>(raw) }
+};
+
+kernel::pci_device_table!(PCI_TABLE, <AigpuPci as pci::Driver>::IdInfo, [(EDU_ID, ())]);
+
+/// The PCI driver: binds `edu` functions.
+pub(crate) struct AigpuPci;
+
+/// The name of the PCI driver (`/sys/bus/pci/drivers/aigpu`, lspci's "Kernel driver in use")
+/// and of its interrupt (`/proc/interrupts`).
+pub(crate) const NAME: &CStr = c"aigpu";
+
+/// The function's MSI as the device raises it: edu's BAR 0 and whether the GPU may still raise
+/// it.
+pub(crate) struct MsiLine {
+    bar: pci::DevresBar<{ edu::BAR_SIZE }>,
+    /// Cleared by [`MsiLine::disconnect`] before the MSI handler is freed.
+    on: Atomic<bool>,
+}
+
+impl MsiLine {
+    /// Raises the MSI (any context, also hard-IRQ: an MMIO write under an RCU read lock).
+    /// False when disconnected or the BAR is gone (unbound): the caller delivers otherwise.
+    pub(crate) fn raise(&self) -> bool {
+        let Some(bar) = self.bar.try_access() else {
+            return false;
+        };
+        // Read under the guard's RCU read lock: `disconnect` waits for this section.
+        if !self.on.load(Acquire) {
+            return false;
+        }
+        bar.write32(edu::LINE, edu::INTR_RAISE);
+        true
+    }
+
+    /// Acknowledges edu's interrupt status (in the MSI handler).
+    fn ack(&self) {
+        if let Some(bar) = self.bar.try_access() {
+            let s = bar.read32(edu::INTR_STATUS);
+            if s != 0 {
+                bar.write32(s, edu::INTR_ACK);
+            }
+        }
+    }
+
+    /// Stops raising the MSI: once this returns no [`MsiLine::raise`] is under way or will
+    /// write the register.
+    fn disconnect(&self) {
+        self.on.store(false, Release);
+        rcu::synchronize_rcu();
+    }
+}
+
+/// The MSI handler: the top half of the GPU attached to the function.
+struct Msi {
+    gpu: Arc<Gpu>,
+    line: Arc<MsiLine>,
+}
+
+impl irq::Handler for Msi {
+    fn handle(&self) -> irq::IrqReturn {
+        self.line.ack();
+        self.gpu.hw.fire();
+        irq::IrqReturn::Handled
+    }
+}
+
+/// Delivers the GPU's line once through its self-interrupt when dropped: after the MSI handler
+/// is freed, an MSI raised but not yet taken must not be lost.
+struct SelfInterrupt(Arc<Gpu>);
+
+impl Drop for SelfInterrupt {
+    fn drop(&mut self) {
+        self.0.hw.self_interrupt();
+    }
+}
+
+/// The function's memory decoding and bus mastering (MSI writes are bus-master writes),
+/// disabled again when dropped.
+struct Enabled<'a>(&'a pci::Device<device::Bound>);
+
+impl Drop for Enabled<'_> {
+    fn drop(&mut self) {
+        // `pci::Device` is `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`.
+        let pdev = core::ptr::from_ref(self.0).cast::<bindings::pci_dev>().cast_mut();
+        // SAFETY: `pdev` is the live `struct pci_dev` of the bound function, enabled by
+        // `pci_enable_device_mem` in `probe`, which created this guard after it succeeded; this
+        // is the matching disable (`pci::Device` has no method for it).
+        unsafe { bindings::pci_disable_device(pdev) };
+    }
+}
+
+/// A GPU on a PCI function: the driver data of a bound function.
+#[pin_data(PinnedDrop)]
+pub(crate) struct PciGpu<'bound> {
+    // Field order is drop order; `PinnedDrop` first disconnects the MSI (the device raises the
+    // self-interrupt from then on). Then: the MSI handler (`free_irq` waits for a running one),
+    // the vectors, the self-interrupt for an MSI raised but not taken, the GPU (DRM device
+    // unplugged; the execution half stops when the last file is closed), enable state last.
+    #[pin]
+    irq: irq::Registration<'bound, Msi>,
+    vectors: pci::IrqVectorRegistration<'bound>,
+    _self_irq: SelfInterrupt,
+    gpu: Attached<'bound>,
+    line: Arc<MsiLine>,
+    _enabled: Enabled<'bound>,
+}
+
+#[pinned_drop]
+impl PinnedDrop for PciGpu<'_> {
+    fn drop(self: Pin<&mut Self>) {
+        self.line.disconnect();
+    }
+}
+
+impl pci::Driver for AigpuPci {
+    type IdInfo = ();
+    type Data<'bound> = PciGpu<'bound>;
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        pin_init::pin_init_scope(move || {
+            let (mem_total, cfg) = crate::gpu_params();
+            pdev.enable_device_mem()?;
+            let enabled = Enabled(pdev);
+            pdev.set_master();
+            // SAFETY: nothing allocates or maps DMA memory for this function yet.
+            unsafe { pdev.dma_set_mask_and_coherent(dma::DmaMask::new::<{ DMA_MASK_BITS }>())? };
+            let bar = pdev.iomap_region_sized::<{ edu::BAR_SIZE }>(0, c"aigpu/bar0")?;
+            let id = bar.read32(edu::ID);
+            if id & 0xffff != edu::ID_MAGIC {
+                dev_err!(pdev, "not an edu function: ID register {:#010x}\n", id);
+                return Err(ENODEV);
+            }
+            let line = Arc::new(
+                MsiLine {
+                    bar: bar.into_devres()?,
+                    on: Atomic::new(true),
+                },
+                GFP_KERNEL,
+            )?;
+            let gpu = Attached::new(pdev.as_ref(), Number::take()?, mem_total, cfg)?;
+            let msi = pci::IrqTypes::default().with(pci::IrqType::Msi);
+            Ok(try_pin_init!(PciGpu {
+                _enabled: enabled,
+                line,
+                _self_irq: SelfInterrupt(gpu.gpu().clone()),
+                gpu,
+                vectors: pdev.alloc_irq_vectors(1, 1, msi)?,
+                // SAFETY (both): `vectors` is initialised before this expression is evaluated
+                // (`try_pin_init!` initialises fields in the order written), lives at a pinned
+                // address and is dropped after `irq` (field order). The registration is a field
+                // of `PciGpu` and never forgotten.
+                irq <- unsafe {
+                    irq::Registration::new(
+                        (&*core::ptr::from_ref(vectors)).index(0)?.into(),
+                        irq::Flags::TRIGGER_NONE,
+                        NAME,
+                        Ok::<_, Error>(Msi {
+                            gpu: gpu.gpu().clone(),
+                            line: line.clone(),
+                        }),
+                    )
+                },
+                _: {
+                    let g = gpu.gpu();
+                    if !g.hw.connect_msi(line.clone()) {
+                        return Err(EBUSY);
+                    }
+                    let irq_no = vectors.index(0).map(|v| irq::IrqRequest::from(v).irq());
+                    dev_info!(
+                        pdev,
+                        "aigpu{}: PCI function {:04x}:{:04x}, MSI irq {}\n",
+                        g.index,
+                        edu::VENDOR,
+                        edu::DEVICE,
+                        irq_no.unwrap_or(0)
+                    );
+                },
+            }))
+        })
+    }
+}
