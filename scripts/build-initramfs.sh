@@ -16,6 +16,9 @@
 # `-C target-feature=+crt-static`) can be added with GUEST_EXTRA_BINS="path ..." (to /bin).
 # If out/guest/umd/ exists (scripts/build-guest-umd.sh), its bin/, lib/ and lib64/ go to /bin,
 # /lib and /lib64 (the UMD conformance tests, run by init.sh with UMD_BACKEND=kmd).
+# The PCI attachment's clients (docs/kmd.md, "Attachments"), when the host has them (Debian
+# libdrm-dev, libdrm-tests, pciutils): /bin/pci_test (tests/guest/pci_test.c, static, against
+# libdrm.a), Debian's /bin/drmdevice and /bin/lspci with their shared libraries in /lib.
 # Rebuilt from scratch every time (about 2 s): cheaper than tracking its inputs.
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
@@ -81,6 +84,19 @@ PY
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
 cp "$OUT/exec_test" "$R/bin/exec_test"
 cp "$OUT/std_interfaces_test" "$R/bin/std_interfaces_test"
+# The PCI attachment's clients (init.sh skips their checks, saying so, when they are absent).
+if pkg-config --exists libdrm && [ -f "$(pkg-config --variable=libdir libdrm)/libdrm.a" ]; then
+  # shellcheck disable=SC2046
+  gcc "${cflags[@]}" $(pkg-config --cflags libdrm) -o "$R/bin/pci_test" "$AIGPU_ROOT/tests/guest/pci_test.c" \
+    $(pkg-config --libs --static libdrm)
+fi
+for b in /usr/bin/drmdevice /usr/bin/lspci; do
+  [ -x "$b" ] || continue
+  cp "$b" "$R/bin/"
+  mkdir -p "$R/lib" "$R/lib64"
+  ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do cp -L "$lib" "$R/lib/"; done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$R/lib64/"
+done
 for b in ${GUEST_EXTRA_BINS:-}; do
   cp "$b" "$R/bin/"
 done

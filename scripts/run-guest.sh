@@ -13,7 +13,10 @@
 # GUEST_BENCH_ARGS="--iters N --repeats R" (passed to the submission benchmark in bench mode),
 # GUEST_ICOUNT=1 (QEMU's deterministic instruction-counting clock, for benchmarks),
 # GUEST_MODE=tools (only the triage tools' checks, tests/guest/tools_test.sh: log
-# out/guest/tools-<flavor>.log).
+# out/guest/tools-<flavor>.log),
+# GUEST_PCI (default 1): 1 gives the guest QEMU's `edu` PCI function (1234:11e8), which aigpu.ko
+# binds as its first virtual GPU (docs/kmd.md, "Attachments"); 0 boots without it (every GPU on
+# a faux device).
 #
 # PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0`, `kmd_test: N passed, 0 failed` and `exec_test: N
 # passed, 0 failed` in the log, and none of: a test FAIL line (kmd_test, exec_test, abi_test), `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
@@ -50,18 +53,26 @@ cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 # Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
 # state, suspicious RCU usage); `lockdep is turned off` means an earlier report disabled it. A bare
 # `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
-BAD='kmd_test: FAIL|exec_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
+BAD='kmd_test: FAIL|exec_test: FAIL|pci_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
 
 # GUEST_ICOUNT=1: deterministic virtual time (docs/benchmarks.md): the guest's clock advances 1 ns
 # per executed instruction and skips idle time, so its timings count instructions, not the host's
 # load; the vCPUs then run in turn, not in parallel.
 ICOUNT_OPT=
 [ "${GUEST_ICOUNT:-0}" = 1 ] && ICOUNT_OPT="-icount shift=0,sleep=off"
+# The PCI function for aigpu (docs/kmd.md, "Attachments"): QEMU's `edu` device, in every QEMU
+# build: BAR 0 with an interrupt-raise register and MSI.
+PCI_OPT=
+case ${GUEST_PCI:-1} in
+  1) PCI_OPT="-device edu" ;;
+  0) ;;
+  *) echo "run-guest: GUEST_PCI must be 0 or 1" >&2; exit 2 ;;
+esac
 
 boot() {
   start=$(date +%s.%N)
   timeout --kill-after=10 "$TMO" qemu-system-x86_64 -accel tcg ${ICOUNT_OPT} -cpu max -m "${GUEST_MEM:-1024}" \
-    -smp "${GUEST_SMP:-2}" -nographic -no-reboot -kernel "$KERNEL" -initrd "$INITRD" \
+    -smp "${GUEST_SMP:-2}" ${PCI_OPT} -nographic -no-reboot -kernel "$KERNEL" -initrd "$INITRD" \
     -append "$cmdline" </dev/null >"$LOG" 2>&1
   qrc=$?
   secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")

@@ -169,16 +169,27 @@ modprobe_round() {  # $1: what is checked
 }
 # The guest has no udev (busybox only: no udevadm), so instead of `udevadm test` the rule of
 # /usr/lib/udev/rules.d/70-aigpu.rules is evaluated here on each render node's sysfs device:
-# SUBSYSTEM and KERNEL on the node, KERNELS and SUBSYSTEMS on one device of its parent chain
-# (udev's rule), shell glob patterns as udev's; then GROUP and MODE applied with chgrp/chmod
-# and read back with ls -l. TAG+="uaccess" needs systemd-logind and is only printed.
+# SUBSYSTEM and KERNEL on the node, KERNELS, SUBSYSTEMS and DRIVERS (when the rule has it) on
+# one device of its parent chain (udev's rule), shell glob patterns with udev's `|` between
+# alternatives; then GROUP and MODE applied with chgrp/chmod and read back with ls -l.
+# TAG+="uaccess" needs systemd-logind and is only printed.
+umatch() {  # $1: a value; $2: a udev match pattern (globs, alternatives separated by `|`)
+  rest=$2
+  while :; do
+    alt=${rest%%|*}
+    # shellcheck disable=SC2254
+    case $1 in $alt) return 0 ;; esac
+    [ "$alt" = "$rest" ] && return 1
+    rest=${rest#*|}
+  done
+}
 udev_rule_check() {
   rule=$(grep -v '^#' /usr/lib/udev/rules.d/70-aigpu.rules | grep .)
   [ "$(echo "$rule" | wc -l)" = 1 ] || { echo "GUEST: FAIL udev rule: not one rule line"; return 1; }
   keys=$(echo "$rule" | tr ',' '\n' | sed 's/^ *//; s/ *$//')
   val() { echo "$keys" | sed -n "s/^$1$2\"\(.*\)\"$/\1/p"; }
   m_subsystem=$(val SUBSYSTEM ==); m_kernel=$(val KERNEL ==)
-  m_kernels=$(val KERNELS ==); m_subsystems=$(val SUBSYSTEMS ==)
+  m_kernels=$(val KERNELS ==); m_subsystems=$(val SUBSYSTEMS ==); m_drivers=$(val DRIVERS ==)
   group=$(val GROUP =); mode=$(val MODE =); tag=$(val TAG +=)
   [ -n "$m_subsystem" ] && [ -n "$m_kernel" ] && [ -n "$m_kernels" ] && [ -n "$m_subsystems" ] &&
     [ -n "$group" ] && [ -n "$mode" ] || { echo "GUEST: FAIL udev rule: a key is missing: $rule"; return 1; }
@@ -193,17 +204,16 @@ udev_rule_check() {
     d=${dev%/*}
     while [ "$d" != /sys/devices ] && [ "$d" != /sys ]; do
       ps=; [ -e "$d/subsystem" ] && ps=$(basename "$(readlink -f "$d/subsystem")")
-      chain="$chain ${d##*/}($ps)"
-      # shellcheck disable=SC2254
-      case ${d##*/} in $m_kernels) case $ps in $m_subsystems) pmatch=1 ;; esac ;; esac
+      pd=; [ -e "$d/driver" ] && pd=$(basename "$(readlink -f "$d/driver")")
+      chain="$chain ${d##*/}($ps${pd:+, $pd})"
+      umatch "${d##*/}" "$m_kernels" && umatch "$ps" "$m_subsystems" &&
+        { [ -z "$m_drivers" ] || umatch "$pd" "$m_drivers"; } && pmatch=1
       d=${d%/*}
     done
     echo "GUEST: udev facts $kern: SUBSYSTEM=$subs KERNEL=$kern parents:$chain"
     m=1
-    # shellcheck disable=SC2254
-    case $subs in $m_subsystem) ;; *) m=0 ;; esac
-    # shellcheck disable=SC2254
-    case $kern in $m_kernel) ;; *) m=0 ;; esac
+    umatch "$subs" "$m_subsystem" || m=0
+    umatch "$kern" "$m_kernel" || m=0
     [ $pmatch = 1 ] || m=0
     [ $m = 1 ] || { echo "GUEST: FAIL udev rule does not match $kern"; return 1; }
     chgrp "$group" "/dev/dri/$kern" && chmod "$mode" "/dev/dri/$kern" ||
@@ -224,6 +234,13 @@ sed -i 's/^#options aigpu .*/options aigpu num_devices=2 mem_mib=64 job_timeout_
 modprobe_round edited || pkrc=1
 echo "GUEST: modprobe and udev checks exit $pkrc"
 
+# pci_override NAME: sets the driver_override of QEMU's edu function (if the guest has one) to
+# NAME, so no other driver than NAME binds it ("": any driver again).
+pci_override() {
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor")" = 0x1234 ] && [ "$(cat "$d/device")" = 0x11e8 ] && echo "$1" >"$d/driver_override"
+  done
+}
 rc=1
 if insmod /lib/modules/aigpu.ko $PARAMS; then
   echo "GUEST: insmod aigpu.ko $PARAMS ok"
@@ -345,7 +362,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
   fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
   if [ -x /bin/umd-smi ]; then
+    # The triage tools name a GPU by its faux device (aigpu<N>) and do not know the PCI
+    # attachment yet: their checks run with the PCI function kept from aigpu (driver_override),
+    # all GPUs on faux devices as before; the PCI attachment's own checks are below.
+    pci_override aigpu-tools-test
     /bin/tools_test.sh post || trc=1
+    pci_override ""
     echo "GUEST: tools_test exit $trc"
     [ $trc = 0 ] || rc=1
   fi
@@ -353,6 +375,100 @@ else
   echo "GUEST: FAIL insmod aigpu.ko"
 fi
 [ $pkrc = 0 ] || rc=1
+
+# ---- The PCI attachment (docs/kmd.md, "Attachments") ----
+# With QEMU's edu function (scripts/run-guest.sh, GUEST_PCI=1): aigpu0 is the function, bound
+# to the `aigpu` PCI driver, with its MSI; aigpu1 a faux device (num_devices=2). Clients that
+# know nothing of aigpu enumerate it: lspci -k (pciutils), libdrm's drmGetDevices2 and
+# drmGetDevice2 (pci_test, static libdrm) and Debian's drmdevice; jobs raise the MSI. Then
+# unbind and bind through sysfs (also with a render node held open across the unbind) and rmmod,
+# leak-checked by kmemleak below. Without the function (GUEST_PCI=0) every GPU is a faux device
+# and no interrupt line of aigpu exists.
+pcirc=0
+pci_fail() { echo "GUEST: FAIL pci: $*"; pcirc=1; }
+pci_fn=
+for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor")" = 0x1234 ] && [ "$(cat "$d/device")" = 0x11e8 ] && pci_fn=${d##*/}
+done
+pci_nodes() {  # "renderD<N>=<parent device name>(<subsystem>)" for each render node
+  for n in /sys/class/drm/renderD*; do
+    [ -e "$n" ] || continue
+    p=$(readlink -f "$n/device")
+    printf '%s=%s(%s) ' "${n##*/}" "${p##*/}" "$(basename "$(readlink -f "$p/subsystem")")"
+  done
+}
+pci_expect_nodes() {  # $1: what; $2: the expected pci_nodes output
+  got=$(pci_nodes)
+  if [ "$got" = "$2" ]; then echo "GUEST: ok pci $1: $got"; else pci_fail "$1: render nodes '$got', want '$2'"; fi
+}
+# The probe lines are counted from here (the serial log keeps what is cleared).
+dmesg -c >/dev/null
+if ! insmod /lib/modules/aigpu.ko num_devices=2 mem_mib=64; then
+  pci_fail "insmod aigpu.ko num_devices=2 mem_mib=64"
+elif [ -n "$pci_fn" ]; then
+  echo "GUEST: pci: QEMU edu function at $pci_fn"
+  pci_expect_nodes "one GPU on the function, one on a faux device" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+  drv=$(basename "$(readlink -f "/sys/bus/pci/devices/$pci_fn/driver")")
+  [ "$drv" = aigpu ] && echo "GUEST: ok pci driver link: $pci_fn -> $drv" || pci_fail "$pci_fn is bound to '$drv'"
+  probe=$(dmesg | grep -c "aigpu $pci_fn: aigpu0: PCI function 1234:11e8, MSI irq [0-9]")
+  [ "$probe" = 1 ] && echo "GUEST: ok pci probe line" || pci_fail "$probe probe lines 'aigpu $pci_fn: aigpu0: PCI function 1234:11e8, MSI irq N'"
+  irql=$(grep -c " aigpu\$" /proc/interrupts)
+  grep -q "PCI-MSI-$pci_fn .* aigpu\$" /proc/interrupts && [ "$irql" = 1 ] &&
+    echo "GUEST: ok pci /proc/interrupts: $(grep " aigpu\$" /proc/interrupts | tr -s ' ')" ||
+    pci_fail "/proc/interrupts: want one 'PCI-MSI-$pci_fn ... aigpu' line (the faux GPU has none), got $irql:" \
+      "$(grep aigpu /proc/interrupts)"
+  if [ -x /bin/lspci ] && [ -x /bin/drmdevice ] && [ -x /bin/pci_test ]; then
+    lspci -k -s "$pci_fn" >/tmp/lspci.out 2>&1
+    sed 's/^/GUEST: lspci: /' /tmp/lspci.out
+    grep -q "Kernel driver in use: aigpu$" /tmp/lspci.out && echo "GUEST: ok pci lspci -k: Kernel driver in use: aigpu" ||
+      pci_fail "lspci -k -s $pci_fn has no 'Kernel driver in use: aigpu'"
+    drmdevice >/tmp/drmdevice.out 2>&1
+    drc=$?
+    sed 's/^/GUEST: drmdevice: /' /tmp/drmdevice.out | head -60
+    if [ $drc = 0 ] && grep -q "nodes\[2\] /dev/dri/renderD128" /tmp/drmdevice.out &&
+       grep -q "vendor_id     1234" /tmp/drmdevice.out && grep -q "device_id     11e8" /tmp/drmdevice.out; then
+      echo "GUEST: ok pci drmdevice lists renderD128 as PCI 1234:11e8 (exit 0)"
+    else
+      pci_fail "drmdevice exit $drc, or no renderD128 with vendor_id 1234 device_id 11e8"
+    fi
+    /bin/pci_test "$pci_fn" 16 || pcirc=1
+    # umd-smi (when the UMD suite is staged) shows the function's address with the GPU.
+    if [ -x /bin/umd-smi ]; then
+      umd-smi >/tmp/smi-pci.out 2>&1
+      sed -n '/^GPU 0:/,/^  access/p' /tmp/smi-pci.out | sed 's/^/GUEST: umd-smi: /'
+      grep -qx "GPU 0: aigpu0  /dev/dri/renderD128  state ok" /tmp/smi-pci.out &&
+        grep -qx "  pci        $pci_fn" /tmp/smi-pci.out && echo "GUEST: ok pci umd-smi shows aigpu0 on $pci_fn" ||
+        pci_fail "umd-smi has no 'GPU 0: aigpu0  /dev/dri/renderD128  state ok' and '  pci        $pci_fn' lines"
+    fi
+    # Unbind with no file open: the GPU on the function goes, its MSI with it; the faux GPU stays.
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/unbind || pci_fail "unbind $pci_fn"
+    pci_expect_nodes "after unbind" "renderD129=aigpu1(faux) "
+    grep -q " aigpu\$" /proc/interrupts && pci_fail "an aigpu line in /proc/interrupts after unbind"
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/bind || pci_fail "bind $pci_fn"
+    pci_expect_nodes "after bind" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+    /bin/pci_test "$pci_fn" 8 || pcirc=1
+    # Unbind while a file holds the render node open: the DRM device is unplugged (the open file
+    # stays valid, its ioctls fail) and released at the close; then bind again.
+    exec 3</dev/dri/renderD128
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/unbind || pci_fail "unbind $pci_fn with renderD128 open"
+    pci_expect_nodes "after unbind with a file open" "renderD129=aigpu1(faux) "
+    exec 3<&-
+    echo "$pci_fn" >/sys/bus/pci/drivers/aigpu/bind || pci_fail "bind $pci_fn after the held file closed"
+    pci_expect_nodes "after bind again" "renderD128=$pci_fn(pci) renderD129=aigpu1(faux) "
+    /bin/pci_test "$pci_fn" 4 || pcirc=1
+  else
+    pci_fail "the PCI clients are not staged (scripts/build-initramfs.sh: Debian libdrm-dev, libdrm-tests, pciutils on the host)"
+  fi
+else
+  echo "GUEST: pci: no aigpu PCI function (GUEST_PCI=0): every GPU on a faux device"
+  pci_expect_nodes "two faux GPUs" "renderD128=aigpu0(faux) renderD129=aigpu1(faux) "
+  [ -e /sys/bus/pci/drivers/aigpu ] && echo "GUEST: ok pci driver registered with no function to bind" ||
+    pci_fail "no /sys/bus/pci/drivers/aigpu"
+  grep -q " aigpu\$" /proc/interrupts && pci_fail "an aigpu line in /proc/interrupts without a PCI function"
+fi
+if lsmod | grep -q "^aigpu "; then rmmod aigpu || pci_fail "rmmod aigpu"; fi
+echo "GUEST: pci checks exit $pcirc"
+[ $pcirc = 0 ] || rc=1
 
 if [ -e /sys/kernel/debug/kmemleak ]; then
   # kmemleak only reports objects older than 5 s; scan twice (the second scan confirms).

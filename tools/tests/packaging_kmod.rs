@@ -75,6 +75,6 @@ fn dkms_conf_builds_kmd_aigpu() {
     let rule: Vec<&str> = rules.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(
         rule,
-        ["SUBSYSTEM==\"drm\", KERNEL==\"renderD*\", KERNELS==\"aigpu[0-9]*\", SUBSYSTEMS==\"faux\", GROUP=\"render\", MODE=\"0660\", TAG+=\"uaccess\""]
+        ["SUBSYSTEM==\"drm\", KERNEL==\"renderD*\", KERNELS==\"aigpu[0-9]*|????:??:??.?\", SUBSYSTEMS==\"faux|pci\", DRIVERS==\"faux_driver|aigpu\", GROUP=\"render\", MODE=\"0660\", TAG+=\"uaccess\""]
     );
 }
