@@ -205,6 +205,27 @@ fn name_of_node(drm: &Result<Vec<DrmEntry>, ReadErr>, node_name: &str) -> Option
         .and_then(|e| e.device.clone())
 }
 
+/// The GPU name (`aigpu0`) of render node `node_name`: its sysfs parent's name on a faux device;
+/// on a PCI function (the parent is `0000:00:04.0`) the `device=` of the device's debugfs
+/// directory (the one `dri/<minor>` leads to) when readable, else the function's address.
+fn gpu_name_of_node(host: &Host, ks: &KernelScan, node_name: &str) -> Option<String> {
+    let sysfs = name_of_node(&ks.drm, node_name);
+    if sysfs.as_deref().is_some_and(|n| n.starts_with("aigpu")) {
+        return sysfs;
+    }
+    let Some(minor) = node_name.strip_prefix("renderD") else {
+        return sysfs;
+    };
+    let canon = |dir: &str| std::fs::canonicalize(host.path(dir)).ok();
+    let want = canon(&format!("/sys/kernel/debug/dri/{minor}"));
+    ks.debugfs
+        .devices()
+        .iter()
+        .find(|d| want.is_some() && canon(&d.dir) == want)
+        .and_then(|d| d.device.clone())
+        .or(sysfs)
+}
+
 /// The device view of a kernel scan.
 pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
     let mut devs: Vec<DeviceView> = Vec::new();
@@ -241,7 +262,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
                 .map(|q| QueryInfo::from(&q))
         };
         add(
-            name_of_node(&ks.drm, file).unwrap_or_else(|| "?".into()),
+            gpu_name_of_node(host, ks, file).unwrap_or_else(|| "?".into()),
             Some(node.clone()),
             Access::Ok,
             query,
