@@ -93,18 +93,56 @@ impl Out for FixedLine<'_> {
     }
 }
 
+/// "00" to "99": two digits per division.
+const DIGITS2: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Decimal digits of `v` in `b`.
 pub fn itoa(b: &mut [u8; 20], mut v: u64) -> &str {
     let mut i = 20;
+    while v >= 100 {
+        let r = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        b[i] = DIGITS2[r];
+        b[i + 1] = DIGITS2[r + 1];
+    }
+    if v >= 10 {
+        let r = v as usize * 2;
+        i -= 2;
+        b[i] = DIGITS2[r];
+        b[i + 1] = DIGITS2[r + 1];
+    } else {
+        i -= 1;
+        b[i] = b'0' + v as u8;
+    }
+    // SAFETY: b[i..] holds ASCII digits only.
+    unsafe { std::str::from_utf8_unchecked(&b[i..]) }
+}
+
+/// `v` as `0x` and lower-case hex digits in `b` (as `{:#x}` writes it).
+pub fn hex(b: &mut [u8; 18], mut v: u64) -> &str {
+    let mut i = 18;
     loop {
         i -= 1;
-        b[i] = b'0' + (v % 10) as u8;
-        v /= 10;
+        b[i] = b"0123456789abcdef"[(v & 15) as usize];
+        v >>= 4;
         if v == 0 {
             break;
         }
     }
-    // SAFETY: b[i..] holds ASCII digits only.
+    i -= 2;
+    b[i] = b'0';
+    b[i + 1] = b'x';
+    // SAFETY: b[i..] holds ASCII only.
     unsafe { std::str::from_utf8_unchecked(&b[i..]) }
 }
 
@@ -439,6 +477,25 @@ mod tests {
         s.c(b' ');
         s.f(0.5);
         assert_eq!(s, "0 18446744073709551615 -9223372036854775808 0.5");
+        for v in [0u64, 9, 10, 0xff, 0x20_0000, u64::MAX] {
+            let mut b = [0u8; 18];
+            assert_eq!(hex(&mut b, v), format!("{v:#x}"));
+        }
+        // Every length, and every two-digit pair at every position, as core::fmt writes them.
+        for k in 0..20u32 {
+            for v in [
+                10u64.pow(k),
+                10u64.pow(k) - 1,
+                10u64.pow(k).wrapping_mul(7) / 3,
+            ] {
+                let mut b = [0u8; 20];
+                assert_eq!(itoa(&mut b, v), v.to_string());
+            }
+        }
+        for v in 0..10_000u64 {
+            let mut b = [0u8; 20];
+            assert_eq!(itoa(&mut b, v * 1_000_003), (v * 1_000_003).to_string());
+        }
     }
 
     #[test]

@@ -214,7 +214,7 @@ impl<const N: usize> Record<N> {
                     // (docs/logging.md, "Record format").
                     (ADDRESS_FIELD, Val::U64(a)) => {
                         let start = self.text.len();
-                        let _ = write!(self.text, "{a:#x}");
+                        self.text.push(super::format::hex(&mut [0u8; 18], a));
                         Val::Str(start, self.text.len())
                     }
                     _ => v,
