@@ -1171,7 +1171,7 @@ static void test_injections(void)
 	free(dump);
 	/* Injection files are write-only, for root only. */
 	static const char *const inj[] = { "inject_mem_error", "inject_reset_failure", "inject_fall_off_bus",
-					   "inject_hang", "inject_page_fault" };
+					   "inject_hang", "inject_page_fault", "inject_uapi_version" };
 	int modes_ok = 1;
 	for (size_t i = 0; i < sizeof(inj) / sizeof(inj[0]); i++) {
 		char path[256];
@@ -1182,6 +1182,18 @@ static void test_injections(void)
 	CHECK("inject-files-root-write-only", modes_ok, "an inject_* file is not mode 0200 owned by root");
 	r = dfs_write("inject_hang", "0");
 	CHECK("inject-file-rejects-other-values", r == -EINVAL, "rc=%d", r);
+	/* The version test hook: QUERY reports the written UAPI version until 0 is written. */
+	struct drm_aigpu_query q1 = { 0 }, q2 = { 0 };
+	int w1 = dfs_write("inject_uapi_version", "2.7\n");
+	int r1 = rawioctl(g.fd, DRM_IOCTL_AIGPU_QUERY, &q1);
+	int w2 = dfs_write("inject_uapi_version", "0\n");
+	int r2 = rawioctl(g.fd, DRM_IOCTL_AIGPU_QUERY, &q2);
+	int w3 = dfs_write("inject_uapi_version", "2.x");
+	CHECK("inject-uapi-version", w1 == 0 && r1 == 0 && q1.uapi_major == 2 && q1.uapi_minor == 7 && w2 == 0 && r2 == 0 &&
+					     q2.uapi_major == AIGPU_UAPI_MAJOR && q2.uapi_minor == AIGPU_UAPI_MINOR &&
+					     w3 == -EINVAL,
+	      "write %d query %d -> %u.%u; write 0 %d query %d -> %u.%u; bad write %d", w1, r1, q1.uapi_major,
+	      q1.uapi_minor, w2, r2, q2.uapi_major, q2.uapi_minor, w3);
 	gpu_close(&g);
 }
 

@@ -338,8 +338,9 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       [ $lrc = 0 ] || rc=1
       # libumd refuses a driver of another UAPI major, naming both versions: the debugfs test
       # hook makes QUERY report 2.0 (docs/uapi.md, "Versioning"), then the real version again.
-      vf=$(ls /sys/kernel/debug/dri/*/inject_uapi_version | head -1)
-      echo 2.0 >"$vf"
+      # (dri/128: the render minor of aigpu0, device 0 of libumd; exec_test checks the file itself.)
+      vf=/sys/kernel/debug/dri/128/inject_uapi_version
+      echo 2.0 >"$vf" || echo "GUEST: FAIL version refusal: cannot write $vf"
       vout=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)
       echo 0 >"$vf"
       vok=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)

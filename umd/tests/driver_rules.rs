@@ -243,35 +243,37 @@ fn dep_a_fence_that_signalled_before_the_failure_still_counts() {
 
 /// Fifteen files each hold an address-space slot with a job blocked on the device; a sixteenth
 /// file's `NO_BLOCK` submit fails at once with `EAGAIN` + `AS_SLOTS_BUSY` (its ring has room),
-/// and once the others' work finishes its submit goes through.
+/// and once the others' work finishes its submit goes through. Every file is set up before the
+/// first blocked job is submitted, so the blocked jobs stay well inside the job timeout even in
+/// the emulated guest (a job waiting that long would be a hang, and its slot freed by the reset).
 #[test]
 fn slot_the_sixteenth_busy_file_fails_fast_with_as_slots_busy() {
     let slots = uapi::regs::NUM_AS_SLOTS - 1;
     let base = VA + 0x0300_0000;
     let mut files = Vec::new();
-    for i in 0..slots {
+    for _ in 0..slots {
         let b = open();
         let c = b.ctx_create(1).expect("ctx");
         let flag = buffer(&*b, base);
         let wait = cmdbuf(&*b, base + 0x10_0000, &packet::encode_wait_mem(base, 1));
-        let s = b
-            .submit(c, &[wait], &[], 0)
-            .unwrap_or_else(|e| panic!("file {i}: {}", e.describe()));
-        files.push((b, c, flag, s));
+        files.push((b, c, flag, wait));
     }
     let last = open();
     let c = last.ctx_create(1).expect("ctx");
     let nop = cmdbuf(&*last, base + 0x10_0000, &packet::encode_nop());
-    expect_err(
-        last.submit(c, &[nop], &[], SUBMIT_FLAG_NO_BLOCK),
-        EAGAIN,
-        r::AS_SLOTS_BUSY,
-        0,
-    );
-    for (b, c, flag, s) in &files {
+    let mut seqnos = Vec::new();
+    for (i, (b, c, _, wait)) in files.iter().enumerate() {
+        let s = b
+            .submit(*c, &[*wait], &[], 0)
+            .unwrap_or_else(|e| panic!("file {i}: {}", e.describe()));
+        seqnos.push(s);
+    }
+    let refused = last.submit(c, &[nop], &[], SUBMIT_FLAG_NO_BLOCK);
+    for ((b, c, flag, _), s) in files.iter().zip(&seqnos) {
         write_u64(&**b, *flag, 1);
         assert_eq!(b.wait(*c, *s, deadline()).expect("released"), *s);
     }
+    expect_err(refused, EAGAIN, r::AS_SLOTS_BUSY, 0);
     let s = last
         .submit(c, &[nop], &[], SUBMIT_FLAG_NO_BLOCK)
         .expect("a slot is free again");
