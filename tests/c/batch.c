@@ -17,33 +17,9 @@
 #include <time.h>
 #include <umd.h>
 
-static int passed, failed;
+#define CHECK_PROG "batch"
+#include "check.h"
 
-static void check(const char *name, int ok, const char *why) {
-    printf("batch: %s %s%s%s\n", ok ? "ok" : "FAIL", name, ok ? "" : ": ", ok ? "" : why);
-    if (ok)
-        passed++;
-    else
-        failed++;
-}
-
-static umdErrorDetail detail(void) {
-    umdErrorDetail d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS)
-        d.code = UMD_SUCCESS;
-    return d;
-}
-
-#define MUST(call)                                                                                 \
-    do {                                                                                           \
-        umdResult r_ = (call);                                                                     \
-        if (r_ != UMD_SUCCESS) {                                                                   \
-            printf("batch: FAIL %s = %s: %s\n", #call, umdGetErrorName(r_), detail().message);    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { FIRST = 700, SECOND = 600 };
 
@@ -131,6 +107,5 @@ int main(void) {
     MUST(umdMemFree(out));
     MUST(umdContextDestroy(ctx));
     MUST(umdDeviceClose(dev));
-    printf("batch: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -13,35 +13,9 @@
 #include <string.h>
 #include <umd.h>
 
-static int passed, failed;
+#define CHECK_PROG "dependency"
+#include "check.h"
 
-static void check(const char *name, int ok, const char *why) {
-    if (ok) {
-        passed++;
-        printf("dependency: ok %s\n", name);
-    } else {
-        failed++;
-        printf("dependency: FAIL %s: %s\n", name, why);
-    }
-}
-
-static umdErrorDetail detail(void) {
-    umdErrorDetail d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS)
-        d.code = UMD_SUCCESS;
-    return d;
-}
-
-#define MUST(call)                                                                         \
-    do {                                                                                   \
-        umdResult r_ = (call);                                                             \
-        if (r_ != UMD_SUCCESS) {                                                           \
-            printf("dependency: FAIL %s = %s: %s\n", #call, umdGetErrorName(r_), detail().message); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* `code` from `call`, and the detail's message containing every fragment. */
 static void expect(const char *name, umdResult got, umdResult want, const char *frag1, const char *frag2) {
@@ -159,6 +133,5 @@ int main(void) {
     MUST(umdContextDestroy(c1));
     MUST(umdContextDestroy(p));
     MUST(umdDeviceClose(dev));
-    printf("dependency: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -13,34 +13,10 @@
 #include <time.h>
 #include <umd.h>
 
-static int passed, failed;
+#define CHECK_PROG "interrupt"
+#include "check.h"
+
 static volatile sig_atomic_t handled;
-
-static void check(const char *name, int ok, const char *why) {
-    printf("interrupt: %s %s%s%s\n", ok ? "ok" : "FAIL", name, ok ? "" : ": ", ok ? "" : why);
-    if (ok)
-        passed++;
-    else
-        failed++;
-}
-
-static umdErrorDetail detail(void) {
-    umdErrorDetail d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS)
-        d.code = UMD_SUCCESS;
-    return d;
-}
-
-#define MUST(call)                                                                                 \
-    do {                                                                                           \
-        umdResult r_ = (call);                                                                     \
-        if (r_ != UMD_SUCCESS) {                                                                   \
-            printf("interrupt: FAIL %s = %s: %s\n", #call, umdGetErrorName(r_), detail().message); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void on_alarm(int sig) {
     (void)sig;
@@ -148,6 +124,5 @@ int main(void) {
     MUST(umdMemFree(flag));
     MUST(umdContextDestroy(ctx));
     MUST(umdDeviceClose(dev));
-    printf("interrupt: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -9,7 +9,11 @@
 use libc::{E2BIG, EINVAL, ENOENT, ENOMEM};
 use uapi::ioctl::{Cmdbuf, VM_ACCESS_READ as R, VM_ACCESS_WRITE as W};
 use uapi::reason as r;
-use umd::backend::{select, Backend, KmdError};
+use umd::backend::{select, Backend};
+
+#[path = "backend_util.rs"]
+mod backend_util;
+use backend_util::{expect_err, expect_err_at};
 
 const PAGE: u64 = 4096;
 const VA: u64 = 0x4000_0000;
@@ -20,46 +24,6 @@ fn open() -> Box<dyn Backend> {
     }
     let resolved = select::resolve().expect("backend resolves");
     select::open(&resolved, 0).expect("device 0 opens")
-}
-
-#[track_caller]
-fn expect_err_at<T: std::fmt::Debug>(
-    got: Result<T, KmdError>,
-    errno: i32,
-    reason: u32,
-    bad_index: u32,
-) {
-    match got {
-        Err(e) => assert_eq!(
-            (e.errno, e.reason, e.bad_index),
-            (errno, reason, bad_index),
-            "got {}, want errno {errno} reason {} naming index {bad_index}",
-            e.describe(),
-            r::name(reason)
-        ),
-        Ok(v) => panic!(
-            "succeeded with {v:?}, want errno {errno} reason {} naming index {bad_index}",
-            r::name(reason)
-        ),
-    }
-}
-
-#[track_caller]
-fn expect_err<T: std::fmt::Debug>(got: Result<T, KmdError>, errno: i32, reason: u32) {
-    match got {
-        Err(e) => assert_eq!(
-            (e.errno, e.reason),
-            (errno, reason),
-            "got {}, want errno {errno} reason {} ({})",
-            e.describe(),
-            reason,
-            r::name(reason)
-        ),
-        Ok(v) => panic!(
-            "succeeded with {v:?}, want errno {errno} reason {}",
-            r::name(reason)
-        ),
-    }
 }
 
 #[test]

@@ -7,29 +7,7 @@
 #[path = "c_util.rs"]
 mod c_util;
 
-use c_util::{compile_with, libumd, out_dir};
-use std::process::Command;
-
 #[test]
 fn a_batch_failing_in_a_later_part_says_which_part_was_queued() {
-    let _ = libumd();
-    let exe = out_dir().join("batch");
-    let o = compile_with("tests/c/batch.c", &exe, &["-std=c11"], &["-lpthread"]);
-    assert!(
-        o.status.success(),
-        "batch.c does not compile:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let run = Command::new(&exe)
-        .env("UMD_BACKEND", "sim")
-        .env("UMD_LOG", "off")
-        .output()
-        .expect("run batch");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    print!("{stdout}");
-    assert!(
-        run.status.success() && stdout.ends_with("batch: 4 passed, 0 failed\n"),
-        "batch failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    c_util::run_checks("batch", 4);
 }

@@ -95,3 +95,30 @@ pub fn compile_with(src: &str, exe: &Path, lang: &[&str], extra: &[&str]) -> std
         cc(&a)
     }
 }
+
+/// Compiles `tests/c/<name>.c` (a program using `tests/c/check.h`), runs it on the simulator with
+/// the log off, prints its output, and asserts that it exited 0 with its summary line
+/// `<name>: <passed> passed, 0 failed`.
+pub fn run_checks(name: &str, passed: u32) {
+    let _ = libumd();
+    let exe = out_dir().join(name);
+    let src = format!("tests/c/{name}.c");
+    let o = compile_with(&src, &exe, &["-std=c11"], &["-lpthread"]);
+    assert!(
+        o.status.success(),
+        "{src} does not compile:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run = Command::new(&exe)
+        .env("UMD_BACKEND", "sim")
+        .env("UMD_LOG", "off")
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    print!("{stdout}");
+    assert!(
+        run.status.success() && stdout.ends_with(&format!("{name}: {passed} passed, 0 failed\n")),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}

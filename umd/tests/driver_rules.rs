@@ -18,7 +18,11 @@ use uapi::ioctl::{
 };
 use uapi::packet;
 use uapi::reason as r;
-use umd::backend::{select, Backend, KmdError};
+use umd::backend::{select, Backend};
+
+#[path = "backend_util.rs"]
+mod backend_util;
+use backend_util::expect_err_at;
 
 const PAGE: u64 = 4096;
 const VA: u64 = 0x4000_0000;
@@ -41,23 +45,6 @@ fn open() -> Box<dyn Backend> {
 
 fn deadline() -> u64 {
     umd::error::detail::mono_ns() + 10_000_000_000
-}
-
-#[track_caller]
-fn expect_err<T: std::fmt::Debug>(got: Result<T, KmdError>, errno: i32, reason: u32, index: u32) {
-    match got {
-        Err(e) => assert_eq!(
-            (e.errno, e.reason, e.bad_index),
-            (errno, reason, index),
-            "got {}, want errno {errno} reason {}",
-            e.describe(),
-            r::name(reason)
-        ),
-        Ok(v) => panic!(
-            "succeeded with {v:?}, want errno {errno} reason {}",
-            r::name(reason)
-        ),
-    }
 }
 
 /// An object of one page bound read-write at `va`.
@@ -145,9 +132,9 @@ fn dep_failure_reaches_every_dependent_job_and_nothing_runs_on_garbage() {
         .expect("submit C after B");
     write_u64(&*b, flag, 1);
 
-    expect_err(b.wait(a, sa, deadline()), ECANCELED, r::CTX_LOST, 0);
-    expect_err(b.wait(bb, sb, deadline()), ECANCELED, r::DEP_FAILED, 0);
-    expect_err(b.wait(c, sc, deadline()), ECANCELED, r::DEP_FAILED, 0);
+    expect_err_at(b.wait(a, sa, deadline()), ECANCELED, r::CTX_LOST, 0);
+    expect_err_at(b.wait(bb, sb, deadline()), ECANCELED, r::DEP_FAILED, 0);
+    expect_err_at(b.wait(c, sc, deadline()), ECANCELED, r::DEP_FAILED, 0);
     assert_eq!(
         words(&*b, out, 32),
         vec![0; 32],
@@ -188,12 +175,12 @@ fn dep_failure_reaches_every_dependent_job_and_nothing_runs_on_garbage() {
 
     // Every later use fails with the same reason.
     let again = cmdbuf(&*b, base + 0x13_0000, &packet::encode_nop());
-    expect_err(b.submit(bb, &[again], &[], 0), ECANCELED, r::DEP_FAILED, 0);
-    expect_err(b.submit(a, &[again], &[], 0), ECANCELED, r::CTX_BANNED, 0);
+    expect_err_at(b.submit(bb, &[again], &[], 0), ECANCELED, r::DEP_FAILED, 0);
+    expect_err_at(b.submit(a, &[again], &[], 0), ECANCELED, r::CTX_BANNED, 0);
     // A fresh context naming the failed fence is refused (in-fence 1 named) and keeps working.
     let d = b.ctx_create(2).expect("D");
     let sd0 = b.submit(d, &[again], &[], 0).expect("D's first job");
-    expect_err(
+    expect_err_at(
         b.submit(d, &[again], &[fence(d, sd0), fence(a, sa)], 0),
         ECANCELED,
         r::DEP_FAILED,
@@ -224,14 +211,14 @@ fn dep_a_fence_that_signalled_before_the_failure_still_counts() {
         &packet::encode_copy(UNMAPPED, base, 64),
     );
     let s2 = b.submit(a, &[bad], &[], 0).expect("A 2");
-    expect_err(b.wait(a, s2, deadline()), ECANCELED, r::CTX_LOST, 0);
+    expect_err_at(b.wait(a, s2, deadline()), ECANCELED, r::CTX_LOST, 0);
     let fill = cmdbuf(&*b, base + 0x12_0000, &packet::encode_fill(base, 64, 7));
     let sc = b
         .submit(c, &[fill], &[fence(a, s1)], 0)
         .expect("C after A's good fence");
     assert_eq!(b.wait(c, sc, deadline()).expect("C runs"), sc);
     assert_eq!(words(&*b, out, 16), vec![7; 16]);
-    expect_err(
+    expect_err_at(
         b.submit(c, &[fill], &[fence(a, s2)], 0),
         ECANCELED,
         r::DEP_FAILED,
@@ -273,7 +260,7 @@ fn slot_the_sixteenth_busy_file_fails_fast_with_as_slots_busy() {
         write_u64(&**b, *flag, 1);
         assert_eq!(b.wait(*c, *s, deadline()).expect("released"), *s);
     }
-    expect_err(refused, EAGAIN, r::AS_SLOTS_BUSY, 0);
+    expect_err_at(refused, EAGAIN, r::AS_SLOTS_BUSY, 0);
     let s = last
         .submit(c, &[nop], &[], SUBMIT_FLAG_NO_BLOCK)
         .expect("a slot is free again");
@@ -292,10 +279,10 @@ fn lost_a_device_off_the_bus_fails_every_call_at_once() {
     assert_eq!(b.wait(c, s, deadline()).expect("wait"), s);
     b.debug_inject(3).expect("fall off the bus");
     let t = std::time::Instant::now();
-    expect_err(b.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
-    expect_err(b.gem_create(PAGE), ENODEV, r::DEVICE_LOST, 0);
-    expect_err(b.submit(c, &[nop], &[], 0), ENODEV, r::DEVICE_LOST, 0);
-    expect_err(b.wait(c, s + 1, deadline()), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(b.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(b.gem_create(PAGE), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(b.submit(c, &[nop], &[], 0), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(b.wait(c, s + 1, deadline()), ENODEV, r::DEVICE_LOST, 0);
     assert!(
         t.elapsed() < std::time::Duration::from_millis(500),
         "took {:?}",
@@ -310,19 +297,19 @@ fn vm_unbind_checks_its_arguments_before_the_lookup() {
     use libc::EINVAL;
     let b = open();
     let va = VA + 0x0500_0000;
-    expect_err(b.vm_unbind(va + 1, 0), EINVAL, r::SIZE_ZERO, 0);
-    expect_err(b.vm_unbind(va + 1, PAGE), EINVAL, r::UNALIGNED, 0);
-    expect_err(b.vm_unbind(va, PAGE + 1), EINVAL, r::UNALIGNED, 0);
-    expect_err(b.vm_unbind(0, PAGE), EINVAL, r::VA_OUT_OF_RANGE, 0);
-    expect_err(
+    expect_err_at(b.vm_unbind(va + 1, 0), EINVAL, r::SIZE_ZERO, 0);
+    expect_err_at(b.vm_unbind(va + 1, PAGE), EINVAL, r::UNALIGNED, 0);
+    expect_err_at(b.vm_unbind(va, PAGE + 1), EINVAL, r::UNALIGNED, 0);
+    expect_err_at(b.vm_unbind(0, PAGE), EINVAL, r::VA_OUT_OF_RANGE, 0);
+    expect_err_at(
         b.vm_unbind(u64::MAX - PAGE + 1, 2 * PAGE),
         EINVAL,
         r::VA_OUT_OF_RANGE,
         0,
     );
-    expect_err(b.vm_unbind(va, PAGE), EINVAL, r::VA_NOT_MAPPED, 0);
+    expect_err_at(b.vm_unbind(va, PAGE), EINVAL, r::VA_NOT_MAPPED, 0);
     let h = buffer(&*b, va);
-    expect_err(b.vm_unbind(va, 2 * PAGE), EINVAL, r::VA_NOT_MAPPED, 0);
+    expect_err_at(b.vm_unbind(va, 2 * PAGE), EINVAL, r::VA_NOT_MAPPED, 0);
     b.vm_unbind(va, PAGE).expect("unbind");
     b.gem_close(h).expect("close");
 }

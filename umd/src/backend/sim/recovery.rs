@@ -112,50 +112,31 @@ impl Gpu {
             regs::access_name(info.access),
         );
         let va = format_args!("{:#x}", info.va);
-        match blame {
-            Blame::Guilty(g) => tracing::error!(
-                device = self.index,
-                kmd_ctx = g.ctx,
-                seqno = g.seqno,
-                job = g.id,
-                queue,
-                fault,
-                access,
-                va,
-                offset = info.offset,
-                class,
-                layer,
-                "GPU fault: kmd context {} banned",
-                g.ctx
+        let (on, msg) = match blame {
+            Blame::Guilty(g) => (Some(g), format!("GPU fault: kmd context {} banned", g.ctx)),
+            Blame::Fetching(g) => (
+                Some(g),
+                format!(
+                    "GPU fault while fetching a descriptor of kmd context {}: nobody banned, the job is resubmitted",
+                    g.ctx
+                ),
             ),
-            Blame::Fetching(g) => tracing::error!(
-                device = self.index,
-                kmd_ctx = g.ctx,
-                seqno = g.seqno,
-                job = g.id,
-                queue,
-                fault,
-                access,
-                va,
-                offset = info.offset,
-                class,
-                layer,
-                "GPU fault while fetching a descriptor of kmd context {}: nobody banned, the job is resubmitted",
-                g.ctx
-            ),
-            Blame::Nobody => tracing::error!(
-                device = self.index,
-                job,
-                queue,
-                fault,
-                access,
-                va,
-                offset = info.offset,
-                class,
-                layer,
-                "GPU fault on an unknown job"
-            ),
-        }
+            Blame::Nobody => (None, "GPU fault on an unknown job".to_string()),
+        };
+        tracing::error!(
+            device = self.index,
+            kmd_ctx = on.map(|g| g.ctx),
+            seqno = on.map(|g| g.seqno),
+            job = on.map_or(job, |g| g.id),
+            queue,
+            fault,
+            access,
+            va,
+            offset = info.offset,
+            class,
+            layer,
+            "{msg}"
+        );
         if let Some(c) = blame.guilty().and_then(|g| st.contexts.get_mut(&g.ctx)) {
             c.ban = Some(Ban::Fault(info));
             c.reset_status = RESET_GUILTY;
