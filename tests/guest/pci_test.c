@@ -226,8 +226,7 @@ int main(int argc, char **argv)
 	CHECK("proc-interrupts-line", irq0 >= 0, "no PCI-MSI-%s line naming aigpu in /proc/interrupts", bdf);
 	CHECK("debugfs-jobs-count", jobs0 >= 0 && jobs1 - jobs0 == jobs, "jobs %lld -> %lld, want +%u", jobs0, jobs1,
 	      jobs);
-	CHECK("msi-count-grows-with-jobs", irq0 >= 0 && irq1 > irq0 && irq1 - irq0 <= jobs,
-	      "MSI %lld -> %lld, want +1..+%u", irq0, irq1, jobs);
+	CHECK("msi-count-grows-with-jobs", irq0 >= 0 && irq1 > irq0, "MSI %lld -> %lld after %u jobs", irq0, irq1, jobs);
 	CHECK("every-top-half-from-the-msi", top0 >= 0 && irq1 - irq0 >= top1 - top0 && top1 > top0,
 	      "MSI +%lld, top half +%lld", irq1 - irq0, top1 - top0);
 	close(fd);
