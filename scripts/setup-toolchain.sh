@@ -10,10 +10,13 @@ set -euo pipefail
 . "$(dirname "$0")/env.sh"
 export DEBIAN_FRONTEND=noninteractive
 
+# libdrm-dev, libdrm-tests, pciutils: the guest's PCI checks (scripts/build-initramfs.sh stages
+# pci_test against libdrm.a, Debian's drmdevice and lspci).
 APT_PKGS=(build-essential bc flex bison cpio libelf-dev libssl-dev dwarves python3 kmod
           rustc-web rust-web-src cargo-web clang-19 lld-19 llvm-19 libclang-19-dev
           busybox-static g++ libspdlog-dev prometheus dkms
-          cmake pkg-config python3-numpy python3-pytest python3-venv)
+          cmake pkg-config python3-numpy python3-pytest python3-venv
+          libdrm-dev libdrm-tests pciutils)
 missing=()
 for p in "${APT_PKGS[@]}" qemu-system-x86 "$KVER_PKG"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
