@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <umd.h>
 
@@ -24,6 +23,11 @@ static void on_alarm(int sig) {
 }
 
 static void handler(int flags) {
+    /* A blocked SIGALRM (inherited from the parent's mask) would never reach the handler. */
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
@@ -32,12 +36,25 @@ static void handler(int flags) {
     sigaction(SIGALRM, &sa, NULL);
 }
 
+/* SIGALRM to this (the waiting) thread in `ms`, from a helper thread: a process-directed
+ * signal could go to any of libumd's threads instead. */
+static pthread_t waiter;
+static long alarm_ms;
+
+static void *send_alarm(void *arg) {
+    (void)arg;
+    struct timespec nap = {alarm_ms / 1000, (alarm_ms % 1000) * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    pthread_kill(waiter, SIGALRM);
+    return NULL;
+}
+
 static void alarm_in_ms(long ms) {
-    struct itimerval t;
-    memset(&t, 0, sizeof t);
-    t.it_value.tv_sec = ms / 1000;
-    t.it_value.tv_usec = (ms % 1000) * 1000;
-    setitimer(ITIMER_REAL, &t, NULL);
+    pthread_t t;
+    waiter = pthread_self();
+    alarm_ms = ms;
+    if (pthread_create(&t, NULL, send_alarm, NULL) == 0)
+        pthread_detach(t);
 }
 
 static double now_s(void) {

@@ -338,11 +338,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       [ $lrc = 0 ] || rc=1
       # libumd refuses a driver of another UAPI major, naming both versions: the debugfs test
       # hook makes QUERY report 2.0 (docs/uapi.md, "Versioning"), then the real version again.
-      # (dri/128: the render minor of aigpu0, device 0 of libumd; exec_test checks the file itself.)
-      vf=/sys/kernel/debug/dri/128/inject_uapi_version
-      echo 2.0 >"$vf" || echo "GUEST: FAIL version refusal: cannot write $vf"
+      # Every device at once: libumd skips a node of another UAPI while another one answers
+      # with its own, and reports the mismatch only when no node is usable.
+      vfs=$(ls /sys/kernel/debug/dri/*/inject_uapi_version)
+      for vf in $vfs; do echo 2.0 >"$vf" || echo "GUEST: FAIL version refusal: cannot write $vf"; done
       vout=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)
-      echo 0 >"$vf"
+      for vf in $vfs; do echo 0 >"$vf"; done
       vok=$(cd /tmp && UMD_LOG_DIR=/tmp/short /bin/short_process open-detail 2>&1)
       case "$vout" in
         *"open UMD_ERR_INIT_VERSION_MISMATCH"*"kernel aigpu UAPI 2.0 cannot be driven by this libumd (UAPI "*)
