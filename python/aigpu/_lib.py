@@ -88,6 +88,7 @@ class umdDeviceInfo(Structure):
         ("va_end", c_uint64),
         ("page_size", c_uint32),
         ("max_cmdbufs_per_submit", c_uint32),
+        ("pci_address", c_char * 16),
     ]
 
 

@@ -60,7 +60,7 @@ def _struct(cls):
 def _to_dict(s):
     out = {}
     for name, _ in s._fields_:
-        if name in ("struct_size", "reserved"):
+        if name in ("struct_size", "reserved", "reserved2"):
             continue
         v = getattr(s, name)
         if isinstance(v, bytes):
