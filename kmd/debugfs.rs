@@ -140,6 +140,15 @@ unsafe extern "C" fn inject_open(inode: *mut bindings::inode, file: *mut binding
     0
 }
 
+/// What a `write` to a debugfs file hands in: its first `out.len()` bytes as trimmed text (not
+/// UTF-8: empty), or the errno to return.
+fn written<'a>(buf: *const c_char, count: usize, out: &'a mut [u8]) -> core::result::Result<&'a str, isize> {
+    let n = count.min(out.len());
+    let mut r = UserSlice::new(UserPtr::from_addr(buf as usize), n).reader();
+    r.read_slice(&mut out[..n]).map_err(|_| EFAULT.to_errno() as isize)?;
+    Ok(core::str::from_utf8(&out[..n]).unwrap_or("").trim())
+}
+
 /// `write` of an injection file: `1` (or `y`) arms it.
 unsafe extern "C" fn inject_write<const K: u8>(
     file: *mut bindings::file,
@@ -149,15 +158,15 @@ unsafe extern "C" fn inject_write<const K: u8>(
 ) -> isize {
     // SAFETY: `private_data` is the device's `Gpu` (see `inject_open`).
     let gpu = unsafe { &*(*file).private_data.cast::<Gpu>() };
-    let mut b = [0u8; 1];
     if count == 0 {
         return 0;
     }
-    let mut r = UserSlice::new(UserPtr::from_addr(buf as usize), 1).reader();
-    if r.read_slice(&mut b).is_err() {
-        return EFAULT.to_errno() as isize;
-    }
-    if !matches!(b[0], b'1' | b'y' | b'Y') {
+    let mut b = [0u8; 1];
+    let arm = match written(buf, count, &mut b) {
+        Ok(t) => matches!(t.as_bytes().first(), Some(b'1' | b'y' | b'Y')),
+        Err(e) => return e,
+    };
+    if !arm {
         return EINVAL.to_errno() as isize;
     }
     match K {
@@ -181,12 +190,10 @@ unsafe extern "C" fn uapi_version_write(
     // SAFETY: `private_data` is the device's `Gpu` (see `inject_open`).
     let gpu = unsafe { &*(*file).private_data.cast::<Gpu>() };
     let mut b = [0u8; 16];
-    let n = count.min(b.len());
-    let mut r = UserSlice::new(UserPtr::from_addr(buf as usize), n).reader();
-    if r.read_slice(&mut b[..n]).is_err() {
-        return EFAULT.to_errno() as isize;
-    }
-    let text = core::str::from_utf8(&b[..n]).unwrap_or("").trim();
+    let text = match written(buf, count, &mut b) {
+        Ok(t) => t,
+        Err(e) => return e,
+    };
     let part = |p: &str| p.parse::<u16>().ok();
     let v = match text.split_once('.') {
         None if text == "0" => 0,
