@@ -1,4 +1,4 @@
-//! `umd-smi triage`: collect the scene once (seed 002 §2: versions, kernel log filtered to the
+//! `umd-smi triage`: collect the scene once (docs/tools.md, "What the report holds": versions, kernel log filtered to the
 //! driver, modules, device nodes and permissions, the processes holding the device, the
 //! driver's own logs), write it to one timestamped directory and a `.tar.gz`, and end with the
 //! layered verdict. Runs unprivileged with what it can read and says what it could not; never

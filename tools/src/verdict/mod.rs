@@ -1,4 +1,4 @@
-//! The layered verdict of `umd-smi triage` (seed 002 §3: localise layer by layer, bottom up,
+//! The layered verdict of `umd-smi triage` (docs/tools.md, "The verdict": localise layer by layer, bottom up,
 //! never skipping one): for hardware, kernel module, user-space driver, configuration and
 //! application, OK or the findings with the lines that prove them. Every finding carries its
 //! facts as fields ([`Facts`]: kind, process, context, call, packet, address, size, fix), read
