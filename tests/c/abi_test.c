@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "umd.h"
 
@@ -99,6 +100,61 @@ static void test_error_queries(void) {
     report("no failure yet: detail code is success", d.code == UMD_SUCCESS, "detail not empty");
 }
 
+/* The PCI address sysfs gives render node `node` (`/dev/dri/renderD128`): the last component of
+ * /sys/class/drm/<name>/device when that device's subsystem is `pci` (docs/kmd.md,
+ * "Attachments"), else "" (a faux device). Read here independently of libumd's own reader. */
+static void sysfs_pci_address(const char *node, char *out, size_t n) {
+    out[0] = '\0';
+    const char *name = strrchr(node, '/');
+    if (!name) return;
+    char path[256], link[256];
+    snprintf(path, sizeof path, "/sys/class/drm/%s/device/subsystem", name + 1);
+    ssize_t len = readlink(path, link, sizeof link - 1);
+    if (len < 0) return;
+    link[len] = '\0';
+    const char *sub = strrchr(link, '/');
+    if (strcmp(sub ? sub + 1 : link, "pci") != 0) return;
+    snprintf(path, sizeof path, "/sys/class/drm/%s/device", name + 1);
+    len = readlink(path, link, sizeof link - 1);
+    if (len < 0) return;
+    link[len] = '\0';
+    const char *dev = strrchr(link, '/');
+    snprintf(out, n, "%s", dev ? dev + 1 : link);
+}
+
+/* Every device's umdDeviceInfo.pci_address is what sysfs says (the simulator's: ""), and a
+ * version-1 struct_size gets the version-1 fields only. The line names the address so the
+ * guest suite can check the PCI function's GPU reported it (tests/guest/init.sh). */
+static void test_pci_addresses(uint32_t count) {
+    for (uint32_t i = 0; i < count; i++) {
+        umdDevice d;
+        if (umdDeviceOpen(i, &d) != UMD_SUCCESS) {
+            report("open for pci_address", 0, "umdDeviceOpen failed");
+            continue;
+        }
+        umdDeviceInfo info;
+        memset(&info, 0x5a, sizeof info);
+        info.struct_size = sizeof info;
+        char want[32] = "";
+        char name[96];
+        if (umdDeviceGetInfo(d, &info) != UMD_SUCCESS) {
+            report("info for pci_address", 0, "umdDeviceGetInfo failed");
+        } else {
+            if (strcmp(info.backend, "kmd") == 0) sysfs_pci_address(info.location, want, sizeof want);
+            snprintf(name, sizeof name, "device %u pci_address '%.16s'", i, info.pci_address);
+            report(name, memchr(info.pci_address, '\0', sizeof info.pci_address) && strcmp(info.pci_address, want) == 0,
+                   "differs from sysfs (or not NUL-terminated)");
+        }
+        umdDeviceInfo v1;
+        memset(&v1, 0x5a, sizeof v1);
+        v1.struct_size = UMD_DEVICE_INFO_SIZE_V1;
+        EXPECT_CODE("info version 1", umdDeviceGetInfo(d, &v1), UMD_SUCCESS);
+        report("info version 1 leaves pci_address alone", (unsigned char)v1.pci_address[0] == 0x5a,
+               "a version-1 caller's struct was written past its size");
+        EXPECT_CODE("close after pci_address", umdDeviceClose(d), UMD_SUCCESS);
+    }
+}
+
 int main(void) {
     /* Defaults for the simulator; the guest run overrides them (setenv does not overwrite). */
     setenv("UMD_BACKEND", "sim", 0);
@@ -128,6 +184,7 @@ int main(void) {
     report("info values", info.uapi_major == 1 && info.page_size == 4096 && info.mem_total >= (16u << 20) &&
                               info.num_queues == 4 && info.va_start == 0x100000,
            "unexpected info");
+    test_pci_addresses(count);
 
     /* ---- contexts ---- */
     umdContext ctx, ctx_b, ctx_other;

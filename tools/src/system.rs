@@ -255,14 +255,22 @@ pub struct DrmEntry {
     pub link: Option<String>,
     /// `dev` (`226:128`).
     pub dev: Option<String>,
+    /// The bus driver its device is bound to (`device/driver`'s last component: `aigpu` for a
+    /// PCI function aigpu.ko drives, `faux_driver` for a faux device).
+    pub driver: Option<String>,
 }
 
 impl DrmEntry {
-    /// True when the device is an aigpu one.
+    /// True when the device is an aigpu one: a bus device bound to the driver aigpu.ko
+    /// registers (a PCI function, docs/kmd.md "Attachments": its device is named by its PCI
+    /// address), or a faux device aigpu.ko created (`aigpuN`; the faux bus's one driver is not
+    /// aigpu's).
     pub fn is_aigpu(&self) -> bool {
-        self.device
-            .as_deref()
-            .is_some_and(|d| d.starts_with("aigpu"))
+        self.driver.as_deref() == Some(uapi::version::DRIVER_NAME)
+            || self
+                .device
+                .as_deref()
+                .is_some_and(|d| d.starts_with(uapi::version::DRIVER_NAME))
     }
 }
 
@@ -283,8 +291,12 @@ pub fn drm_class(host: &Host) -> Result<Vec<DrmEntry>, ReadErr> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         });
+        let driver = std::fs::read_link(host.path(&format!("{base}/device/driver")))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         out.push(DrmEntry {
             dev: host.read_trim(&format!("{base}/dev")),
+            driver,
             name,
             device,
             link,
@@ -386,6 +398,79 @@ pub fn umd_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sysfs tree like the guest's: renderD128 on the PCI function aigpu drives, renderD129 on
+    /// aigpu's faux device, renderD130 on a PCI function another driver drives.
+    #[test]
+    fn aigpu_nodes_are_found_on_pci_and_faux() {
+        use std::os::unix::fs::symlink;
+        let root = std::env::temp_dir().join(format!("tools-drm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mk = |d: &str| std::fs::create_dir_all(root.join(d)).unwrap();
+        for d in [
+            "sys/bus/pci/drivers/aigpu",
+            "sys/bus/pci/drivers/virtio-pci",
+            "sys/bus/faux/drivers/faux_driver",
+            "sys/devices/pci0000:00/0000:00:04.0/drm/renderD128",
+            "sys/devices/pci0000:00/0000:00:05.0/drm/renderD130",
+            "sys/devices/faux/aigpu1/drm/renderD129",
+            "sys/class/drm",
+        ] {
+            mk(d);
+        }
+        let link = |to: &str, at: &str| symlink(to, root.join(at)).unwrap();
+        for (dev, drv) in [
+            ("pci0000:00/0000:00:04.0", "../../../bus/pci/drivers/aigpu"),
+            (
+                "pci0000:00/0000:00:05.0",
+                "../../../bus/pci/drivers/virtio-pci",
+            ),
+            ("faux/aigpu1", "../../../bus/faux/drivers/faux_driver"),
+        ] {
+            link(drv, &format!("sys/devices/{dev}/driver"));
+        }
+        for (node, dev) in [
+            ("renderD128", "pci0000:00/0000:00:04.0"),
+            ("renderD129", "faux/aigpu1"),
+            ("renderD130", "pci0000:00/0000:00:05.0"),
+        ] {
+            link(
+                &format!("../../devices/{dev}/drm/{node}"),
+                &format!("sys/class/drm/{node}"),
+            );
+            link(
+                &format!("../../../{}", dev.rsplit('/').next().unwrap()),
+                &format!("sys/devices/{dev}/drm/{node}/device"),
+            );
+        }
+        let host = Host {
+            root: root.clone(),
+            offline: true,
+            ..Host::default()
+        };
+        let found: Vec<(String, bool, Option<String>)> = drm_class(&host)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name.clone(), e.is_aigpu(), e.driver))
+            .collect();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            found,
+            [
+                ("renderD128".to_string(), true, Some("aigpu".to_string())),
+                (
+                    "renderD129".to_string(),
+                    true,
+                    Some("faux_driver".to_string())
+                ),
+                (
+                    "renderD130".to_string(),
+                    false,
+                    Some("virtio-pci".to_string())
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn modes_and_lsmod() {
