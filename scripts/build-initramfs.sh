@@ -40,6 +40,9 @@ cflags=(-static -O2 -g -Wall -Wextra -Werror -I"$HDR" -I"$AIGPU_ROOT/include")
 gcc "${cflags[@]}" -o "$OUT/kmd_test" "$AIGPU_ROOT/tests/guest/kmd_test.c"
 gcc "${cflags[@]}" -o "$OUT/exec_test" "$AIGPU_ROOT/tests/guest/exec_test.c"
 gcc "${cflags[@]}" -o "$OUT/std_interfaces_test" "$AIGPU_ROOT/tests/guest/std_interfaces_test.c"
+# The process-level faults and the UAPI fuzzer (docs/kmd.md, "Fuzzing").
+gcc "${cflags[@]}" -o "$OUT/procfault_test" "$AIGPU_ROOT/tests/guest/procfault_test.c" -lpthread
+gcc "${cflags[@]}" -o "$OUT/aigpu_fuzz" "$AIGPU_ROOT/tests/fuzz/aigpu_fuzz.c"
 
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
@@ -84,6 +87,7 @@ PY
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
 cp "$OUT/exec_test" "$R/bin/exec_test"
 cp "$OUT/std_interfaces_test" "$R/bin/std_interfaces_test"
+cp "$OUT/procfault_test" "$OUT/aigpu_fuzz" "$R/bin/"
 # The PCI attachment's clients (init.sh skips their checks, saying so, when they are absent).
 if pkg-config --exists libdrm && [ -f "$(pkg-config --variable=libdir libdrm)/libdrm.a" ]; then
   # shellcheck disable=SC2046

@@ -14,6 +14,8 @@
 # GUEST_ICOUNT=1 (QEMU's deterministic instruction-counting clock, for benchmarks),
 # GUEST_MODE=tools (only the triage tools' checks, tests/guest/tools_test.sh: log
 # out/guest/tools-<flavor>.log),
+# GUEST_MODE=fuzz (only the UAPI fuzzer, docs/kmd.md "Fuzzing": log out/guest/fuzz-<flavor>.log;
+# GUEST_FUZZ_SEEDS="S1 S2 ..." and GUEST_FUZZ_SECS (per seed) go to the kernel command line),
 # GUEST_PCI (default 1): 1 gives the guest QEMU's `edu` PCI function (1234:11e8), which aigpu.ko
 # binds as its first virtual GPU (docs/kmd.md, "Attachments"); 0 boots without it (every GPU on
 # a faux device).
@@ -36,6 +38,7 @@ LOG=$AIGPU_ROOT/out/guest/serial-$FLAVOR.log
 MODE=${GUEST_MODE:-test}
 [ "$MODE" = bench ] && LOG=$AIGPU_ROOT/out/guest/bench-$FLAVOR.log
 [ "$MODE" = tools ] && LOG=$AIGPU_ROOT/out/guest/tools-$FLAVOR.log
+[ "$MODE" = fuzz ] && LOG=$AIGPU_ROOT/out/guest/fuzz-$FLAVOR.log
 TMO=${GUEST_TIMEOUT:-1200}
 [ -f "$KERNEL" ] || { echo "run-guest: no kernel at $KERNEL" >&2; exit 2; }
 [ -f "$INITRD" ] || { echo "run-guest: no initramfs at $INITRD (run scripts/build-initramfs.sh)" >&2; exit 2; }
@@ -49,11 +52,12 @@ cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on no5lvl"
 [ "$MODE" = bench ] && cmdline+=" aigpu.bench=1${GUEST_BENCH_ARGS:+ aigpu.bench_args=$(echo "$GUEST_BENCH_ARGS" | tr ' ' ,)}"
 [ "$MODE" = tools ] && cmdline+=" aigpu.tools=1"
+[ "$MODE" = fuzz ] && cmdline+=" aigpu.fuzz=1 aigpu.fuzz_seeds=$(echo "${GUEST_FUZZ_SEEDS:-1}" | tr ' ' ,) aigpu.fuzz_secs=${GUEST_FUZZ_SECS:-60}"
 
 # Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
 # state, suspicious RCU usage); `lockdep is turned off` means an earlier report disabled it. A bare
 # `lockdep` would match the harmless boot line `RCU lockdep checking is enabled.`
-BAD='kmd_test: FAIL|exec_test: FAIL|pci_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
+BAD='procfault_test: FAIL|fuzz: FINDING|fuzz: FAIL|kmd_test: FAIL|exec_test: FAIL|pci_test: FAIL|tools_test: FAIL|abi_test: FAIL|GUEST: FAIL|BUG:|WARNING:|Oops|Kernel panic|KASAN|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|suspicious RCU usage|unreferenced object|LEAK:|Call Trace:'
 
 # GUEST_ICOUNT=1: deterministic virtual time (docs/benchmarks.md): the guest's clock advances 1 ns
 # per executed instruction and skips idle time, so its timings count instructions, not the host's
@@ -114,6 +118,16 @@ grep -q 'GUEST: TEST_RC=0' "$LOG" || reasons+=("guest test status not 0")
 if [ "$MODE" = test ]; then
   grep -qE 'kmd_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'kmd_test: N passed, 0 failed' line")
   grep -qE 'exec_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'exec_test: N passed, 0 failed' line")
+  grep -qE 'procfault_test: [0-9]+ passed, 0 failed' "$LOG" || reasons+=("no 'procfault_test: N passed, 0 failed' line")
+fi
+# The fuzzer (docs/kmd.md, "Fuzzing"): every seed run must print its summary line with 0
+# findings (a `fuzz: FINDING` line fails the run through BAD above).
+if [ "$MODE" = test ] || [ "$MODE" = fuzz ]; then
+  nseeds=$(grep -c 'GUEST: fuzz seed [0-9]* for' "$LOG")
+  nsum=$(grep -cE '^fuzz: seed=[0-9]+ iters=[0-9]+ ioctls=[0-9]+ .* findings=0[[:space:]]*$' "$LOG")
+  { [ "$nseeds" -gt 0 ] && [ "$nsum" = "$nseeds" ]; } ||
+    reasons+=("fuzz: $nsum summary lines with findings=0 for $nseeds seeds run")
+  grep -E '^fuzz: seed=|^procfault_test: [0-9]+ passed' "$LOG" | sed 's/^/run-guest: /'
 fi
 # The triage tools' checks, when the tools are staged (they are whenever the UMD suite is).
 if [ "$MODE" = tools ] || grep -q 'GUEST: umd backend_conformance' "$LOG"; then

@@ -81,6 +81,47 @@ if grep -q 'aigpu.profile=' /proc/cmdline; then
   poweroff -f
 fi
 
+# ---- The UAPI fuzzer and process-level faults (docs/kmd.md, "Fuzzing") ----
+# fuzz_seeds PARAMS SECS SEED...: with the module loaded with PARAMS, tests/fuzz/aigpu_fuzz as an
+# unprivileged user (uid 65534; the render nodes made 0666 first, as a desktop's uaccess rule
+# would give a user) for SECS seconds per seed; sets frc=1 on a finding or a failure. The
+# summary line `fuzz: seed=S iters=N ioctls=M ... findings=F` is what scripts/run-guest.sh reads.
+frc=0
+fuzz_seeds() {
+  fparams=$1 fsecs=$2
+  shift 2
+  if ! insmod /lib/modules/aigpu.ko $fparams; then echo "GUEST: FAIL fuzz: insmod aigpu.ko $fparams"; frc=1; return; fi
+  chmod 0666 /dev/dri/renderD*
+  for fseed in "$@"; do
+    echo "GUEST: fuzz seed $fseed for ${fsecs}s as uid 65534 ($fparams)"
+    /bin/aigpu_fuzz --seed "$fseed" --time "$fsecs" --uid 65534 --hangs 2
+    r=$?
+    echo "GUEST: fuzz seed $fseed exit $r"
+    [ $r = 0 ] || frc=1
+  done
+  rmmod aigpu || { echo "GUEST: FAIL fuzz: rmmod aigpu after fuzzing"; frc=1; }
+}
+
+# Fuzz mode (scripts/run-guest.sh with GUEST_MODE=fuzz, scripts/fuzz-campaign.sh): only the
+# fuzzer, with the seeds and seconds per seed of the kernel command line, then kmemleak.
+if grep -q 'aigpu.fuzz=1' /proc/cmdline; then
+  FSEEDS=$(sed -n 's/.*aigpu.fuzz_seeds=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
+  FSECS=$(sed -n 's/.*aigpu.fuzz_secs=\([0-9]*\).*/\1/p' /proc/cmdline)
+  # shellcheck disable=SC2086
+  fuzz_seeds "$UMD_PARAMS" "${FSECS:-60}" ${FSEEDS:-1}
+  if [ -e /sys/kernel/debug/kmemleak ]; then
+    sleep 6
+    echo scan > /sys/kernel/debug/kmemleak
+    sleep 1
+    echo scan > /sys/kernel/debug/kmemleak
+    leaks=$(cat /sys/kernel/debug/kmemleak)
+    if [ -n "$leaks" ]; then echo "GUEST: kmemleak report:"; echo "$leaks"; frc=1; else echo "GUEST: kmemleak clean"; fi
+  fi
+  echo "GUEST: TEST_RC=$frc"
+  echo "GUEST: DONE"
+  poweroff -f
+fi
+
 # Tools mode (scripts/run-guest.sh with GUEST_MODE=tools): only the triage tools' checks.
 if grep -q 'aigpu.tools=1' /proc/cmdline; then
   trc=0
@@ -470,6 +511,27 @@ fi
 if lsmod | grep -q "^aigpu "; then rmmod aigpu || pci_fail "rmmod aigpu"; fi
 echo "GUEST: pci checks exit $pcirc"
 [ $pcirc = 0 ] || rc=1
+
+# The process-level faults (tests/guest/procfault_test.c) on the UMD parameters, then the
+# fuzzer's short budget: fixed seeds 1 (hang debugging on) and 2 (off: HANG refused at submit),
+# and one random seed (printed), 20 s each; kmemleak below sees what they leave.
+if insmod /lib/modules/aigpu.ko $UMD_PARAMS; then
+  /bin/procfault_test --timeout-ms 2000 --procs 12
+  r=$?
+  echo "GUEST: procfault_test exit $r"
+  [ $r = 0 ] || frc=1
+  rmmod aigpu || { echo "GUEST: FAIL rmmod aigpu after procfault_test"; frc=1; }
+else
+  echo "GUEST: FAIL procfault_test: insmod aigpu.ko $UMD_PARAMS"; frc=1
+fi
+fuzz_seeds "$UMD_PARAMS" 20 1
+fuzz_seeds "num_devices=2 mem_mib=128 job_timeout_ms=2000" 20 2
+rseed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+[ -n "$rseed" ] || rseed=$(date +%s)
+echo "GUEST: fuzz random seed $rseed"
+fuzz_seeds "$UMD_PARAMS" 20 "$rseed"
+echo "GUEST: fuzz and procfault exit $frc"
+[ $frc = 0 ] || rc=1
 
 if [ -e /sys/kernel/debug/kmemleak ]; then
   # kmemleak only reports objects older than 5 s; scan twice (the second scan confirms).
