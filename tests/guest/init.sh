@@ -101,10 +101,24 @@ fuzz_seeds() {
   done
   rmmod aigpu || { echo "GUEST: FAIL fuzz: rmmod aigpu after fuzzing"; frc=1; }
 }
+# procfault_run: tests/guest/procfault_test on the UMD parameters (2000: their job_timeout_ms).
+procfault_run() {
+  if insmod /lib/modules/aigpu.ko $UMD_PARAMS; then
+    /bin/procfault_test --timeout-ms 2000 --procs 12
+    r=$?
+    echo "GUEST: procfault_test exit $r"
+    [ $r = 0 ] || frc=1
+    rmmod aigpu || { echo "GUEST: FAIL rmmod aigpu after procfault_test"; frc=1; }
+  else
+    echo "GUEST: FAIL procfault_test: insmod aigpu.ko $UMD_PARAMS"; frc=1
+  fi
+}
 
 # Fuzz mode (scripts/run-guest.sh with GUEST_MODE=fuzz, scripts/fuzz-campaign.sh): only the
-# fuzzer, with the seeds and seconds per seed of the kernel command line, then kmemleak.
+# process-level faults and the fuzzer, with the seeds and seconds per seed of the kernel command
+# line, then kmemleak.
 if grep -q 'aigpu.fuzz=1' /proc/cmdline; then
+  procfault_run
   FSEEDS=$(sed -n 's/.*aigpu.fuzz_seeds=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
   FSECS=$(sed -n 's/.*aigpu.fuzz_secs=\([0-9]*\).*/\1/p' /proc/cmdline)
   # shellcheck disable=SC2086
@@ -515,15 +529,7 @@ echo "GUEST: pci checks exit $pcirc"
 # The process-level faults (tests/guest/procfault_test.c) on the UMD parameters, then the
 # fuzzer's short budget: fixed seeds 1 (hang debugging on) and 2 (off: HANG refused at submit),
 # and one random seed (printed), 20 s each; kmemleak below sees what they leave.
-if insmod /lib/modules/aigpu.ko $UMD_PARAMS; then
-  /bin/procfault_test --timeout-ms 2000 --procs 12
-  r=$?
-  echo "GUEST: procfault_test exit $r"
-  [ $r = 0 ] || frc=1
-  rmmod aigpu || { echo "GUEST: FAIL rmmod aigpu after procfault_test"; frc=1; }
-else
-  echo "GUEST: FAIL procfault_test: insmod aigpu.ko $UMD_PARAMS"; frc=1
-fi
+procfault_run
 fuzz_seeds "$UMD_PARAMS" 20 1
 fuzz_seeds "num_devices=2 mem_mib=128 job_timeout_ms=2000" 20 2
 rseed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
