@@ -25,8 +25,8 @@ extern "C" {
 /* UAPI major: changes only when a meaning changes. */
 #define AIGPU_UAPI_MAJOR 1u
 /* UAPI minor: grows when fields, ioctls or reason codes are added (1.1: AS_SLOTS_BUSY,
- * DEVICE_CTX_LIMIT). */
-#define AIGPU_UAPI_MINOR 2u
+ * DEVICE_CTX_LIMIT; 1.2: DEP_FAILED; 1.3: PT_LIMIT). */
+#define AIGPU_UAPI_MINOR 3u
 /* The oldest kernel minor a user space of this version can drive (same major). */
 #define AIGPU_MIN_KERNEL_MINOR 0u
 
@@ -307,6 +307,7 @@ struct drm_aigpu_ctx_state {
 #define AIGPU_REASON_AS_SLOTS_BUSY 33u /* every address-space slot is held by other files' work */
 #define AIGPU_REASON_DEVICE_CTX_LIMIT 34u /* the device has no context left (all 512 taken, by any files) */
 #define AIGPU_REASON_DEP_FAILED 35u /* a fence this job waits for will never signal: its producer context failed */
+#define AIGPU_REASON_PT_LIMIT 36u /* the bind needs more page tables than the file's budget (2048 tables, 8 MiB) */
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,13 @@
 //! Next to the hardware table, every L3/L2/L1 table keeps the kernel-side owners of its children,
 //! so tearing down a subtree frees exactly the pages it allocated. Tables are written only under
 //! the owning address space's lock, by VM bind / unbind.
+//!
+//! Memory accounting (docs/kmd.md, "Page-table budget"): every allocation here is made with
+//! `GFP_KERNEL_ACCOUNT`, so the memory cgroup of the process that binds is charged: the
+//! children arrays (kmalloc) always; the table itself when the DMA layer takes it from the page
+//! allocator, as dma-direct does for a single page (kernel/dma/direct.c; memory from a CMA area or
+//! a restricted DMA pool is not charged). Callers count the tables they allocate and free
+//! (`tables` arguments) against the address space's budget, `rules::vm::MAX_PT_TABLES`.
 
 use kernel::{
     device,
@@ -47,12 +54,12 @@ impl PtPage {
         stats: &Arc<Stats>,
         bus: &Arc<Bus>,
     ) -> Result<Self> {
-        let table = Coherent::<[u64; pte::ENTRIES]>::zeroed(dev, GFP_KERNEL)?;
+        let table = Coherent::<[u64; pte::ENTRIES]>::zeroed(dev, GFP_KERNEL_ACCOUNT)?;
         let mut children = KVec::new();
         if level > 0 {
-            children.reserve(pte::ENTRIES, GFP_KERNEL)?;
+            children.reserve(pte::ENTRIES, GFP_KERNEL_ACCOUNT)?;
             for _ in 0..pte::ENTRIES {
-                children.push(None, GFP_KERNEL)?;
+                children.push(None, GFP_KERNEL_ACCOUNT)?;
             }
         }
         #[allow(clippy::useless_conversion)]
@@ -102,14 +109,15 @@ impl PtPage {
     }
 
     /// Maps the 4 KiB page at bus address `pa` at `va` with the leaf bits `access`
-    /// (`pte::READ` / `pte::WRITE`), allocating intermediate tables on `dev` as needed.
-    /// `self` must be the top (L3) table. The VA must not be mapped yet.
+    /// (`pte::READ` / `pte::WRITE`), allocating intermediate tables on `dev` as needed (each
+    /// one counted in `tables`). `self` must be the top (L3) table. The VA must not be mapped yet.
     pub(crate) fn map_page(
         &mut self,
         dev: &device::Device<device::Bound>,
         va: u64,
         pa: u64,
         access: u64,
+        tables: &mut usize,
     ) -> Result {
         let idx = pte::index(va, self.level);
         if self.level == 0 {
@@ -121,7 +129,8 @@ impl PtPage {
             return Ok(());
         }
         if self.children.get(idx).map_or(true, |c| c.is_none()) {
-            let child = KBox::new(PtPage::new(dev, self.level - 1, &self.stats, &self.bus)?, GFP_KERNEL)?;
+            let child = KBox::new(PtPage::new(dev, self.level - 1, &self.stats, &self.bus)?, GFP_KERNEL_ACCOUNT)?;
+            *tables += 1;
             let entry = pte::table(child.dma_address());
             let slot = self.children.get_mut(idx).ok_or(EINVAL)?;
             *slot = Some(child);
@@ -129,14 +138,88 @@ impl PtPage {
             self.live += 1;
         }
         match self.children.get_mut(idx) {
-            Some(Some(child)) => child.map_page(dev, va, pa, access),
+            Some(Some(child)) => child.map_page(dev, va, pa, access, tables),
             _ => Err(EINVAL),
         }
     }
 
+    /// Whether the table of `level` covering `va` exists (`self` counts for its own level).
+    /// For the budget check of a bind (`rules::vm::pt_check`).
+    pub(crate) fn has_table(&self, level: usize, va: u64) -> bool {
+        if self.level == level {
+            return true;
+        }
+        if self.level < level {
+            return false;
+        }
+        match self.children.get(pte::index(va, self.level)) {
+            Some(Some(child)) => child.has_table(level, va),
+            _ => false,
+        }
+    }
+
+    /// Teardown of a whole address space (`Vm`'s drop): clears the valid leaves at VAs from
+    /// `*from` on, in VA order, storing their bus addresses in `out[*n..]`, and frees every table
+    /// below `self` that becomes empty (each one counted off `tables`). `base` is the first VA
+    /// `self` covers. Returns `true` if it stopped because `out` is full, with `*from` set to the
+    /// VA of the first leaf not cleared; `false` once every leaf from `*from` on is cleared.
+    pub(crate) fn drain_leaves(
+        &mut self,
+        base: u64,
+        from: &mut u64,
+        out: &mut [u64],
+        n: &mut usize,
+        tables: &mut usize,
+    ) -> bool {
+        let shift = pte::PAGE_SHIFT as u64 + 9 * self.level as u64;
+        let first = if *from > base {
+            ((*from - base) >> shift) as usize
+        } else {
+            0
+        };
+        for idx in first..pte::ENTRIES {
+            let va = base + ((idx as u64) << shift);
+            if self.level == 0 {
+                let leaf = self.read(idx);
+                if leaf & pte::VALID == 0 {
+                    continue;
+                }
+                let Some(slot) = out.get_mut(*n) else {
+                    *from = va;
+                    return true;
+                };
+                *slot = pte::addr(leaf);
+                *n += 1;
+                self.write(idx, 0);
+                self.live -= 1;
+                continue;
+            }
+            let (stopped, empty) = match self.children.get_mut(idx) {
+                Some(Some(child)) => {
+                    let stopped = child.drain_leaves(va, from, out, n, tables);
+                    (stopped, child.is_empty())
+                }
+                _ => continue,
+            };
+            if empty {
+                // Invalidate the entry before the table it points to is freed.
+                self.write(idx, 0);
+                if let Some(slot) = self.children.get_mut(idx) {
+                    *slot = None;
+                }
+                self.live -= 1;
+                *tables -= 1;
+            }
+            if stopped {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Unmaps the page at `va` (if mapped) and frees the tables that become empty, except
-    /// `self`. Returns whether `self` is now empty.
-    pub(crate) fn unmap_page(&mut self, va: u64) -> bool {
+    /// `self` (each one counted off `tables`). Returns whether `self` is now empty.
+    pub(crate) fn unmap_page(&mut self, va: u64, tables: &mut usize) -> bool {
         let idx = pte::index(va, self.level);
         if self.level == 0 {
             if self.read(idx) & pte::VALID != 0 {
@@ -146,7 +229,7 @@ impl PtPage {
             return self.is_empty();
         }
         let child_empty = match self.children.get_mut(idx) {
-            Some(Some(child)) => child.unmap_page(va),
+            Some(Some(child)) => child.unmap_page(va, tables),
             _ => return self.is_empty(),
         };
         if child_empty {
@@ -156,6 +239,7 @@ impl PtPage {
                 *slot = None;
             }
             self.live -= 1;
+            *tables -= 1;
         }
         self.is_empty()
     }

@@ -29,6 +29,10 @@ use crate::{
 /// Pages unmapped per device TLB invalidation (a kilobyte of stack for their addresses).
 const UNMAP_BATCH: usize = 128;
 
+/// Pages taken off the bus per TLB invalidation when a whole address space goes (file close):
+/// 8 KiB of addresses, allocated for the teardown (`UNMAP_BATCH` on the stack if that fails).
+const TEARDOWN_BATCH: usize = 1024;
+
 /// Most mappings one address space may hold.
 pub(crate) const MAX_MAPPINGS: usize = 1 << 16;
 
@@ -92,6 +96,9 @@ pub(crate) struct Vm {
     mappings: RBTree<u64, Mapping>,
     /// Number of entries in `mappings`.
     count: usize,
+    /// Page-table pages held, the top-level table included: what the page-table budget
+    /// (`rules::vm::MAX_PT_TABLES`, docs/kmd.md "Page-table budget") is checked against.
+    tables: usize,
     stats: Arc<Stats>,
     /// The device's memory registry: every mapped page is registered while mapped.
     bus: Arc<Bus>,
@@ -123,6 +130,7 @@ impl Vm {
             root: None,
             mappings: RBTree::new(),
             count: 0,
+            tables: 0,
             stats,
             bus: gpu.hw.bus().clone(),
             gpu,
@@ -140,14 +148,14 @@ impl Vm {
     /// register write is ordered with the device's steps by the model lock) a job racing with the
     /// unmap faults on the cleared entry (`UNMAPPED`), and can never reach a page that has left
     /// the bus, let alone one unpinned afterwards and given to someone else.
-    fn unmap_range(root: &mut PtPage, bus: &Bus, hw: &Hw, va: u64, end: u64) {
+    fn unmap_range(root: &mut PtPage, bus: &Bus, hw: &Hw, va: u64, end: u64, tables: &mut usize) {
         let mut cur = va;
         while cur < end {
             let mut pages = [0u64; UNMAP_BATCH];
             let mut n = 0;
             while cur < end && n < UNMAP_BATCH {
                 let leaf = root.lookup(cur);
-                root.unmap_page(cur);
+                root.unmap_page(cur, tables);
                 if leaf & pte::VALID != 0 {
                     if let Some(p) = pages.get_mut(n) {
                         *p = pte::addr(leaf);
@@ -194,7 +202,7 @@ impl Vm {
             out,
             "client={} pt_pages={}\n",
             client,
-            self.root.as_deref().map_or(0, PtPage::table_count)
+            self.tables
         );
     }
 
@@ -230,8 +238,9 @@ impl Vm {
     /// Maps `args` of `obj` (already validated against the UAPI rules and the object size).
     ///
     /// `dev` is the GPU's parent device (page-table pages and the object's DMA mapping live on
-    /// it). Fails with `EINVAL` + `VA_OVERLAP`, `ENOSPC` + `OBJECT_LIMIT`, or `ENOMEM` +
-    /// `OUT_OF_MEMORY`; on failure nothing is left mapped.
+    /// it). Fails with `EINVAL` + `VA_OVERLAP`, `ENOSPC` + `OBJECT_LIMIT`, `ENOSPC` + `PT_LIMIT`
+    /// (the page tables the bind needs are counted before anything is allocated:
+    /// `rules::vm::pt_check`), or `ENOMEM` + `OUT_OF_MEMORY`; on failure nothing is left mapped.
     pub(crate) fn bind(
         &mut self,
         dev: &device::Device<device::Bound>,
@@ -245,6 +254,11 @@ impl Vm {
         if self.count >= MAX_MAPPINGS {
             return Err(fail(ENOSPC, reason::OBJECT_LIMIT));
         }
+        // The page-table budget, before anything is allocated (the same rule as the simulator's).
+        let top = self.root.as_deref();
+        crate::rules::vm::pt_check(args.va, end, self.tables, top.is_some(), |level, va| {
+            top.is_some_and(|t| t.has_table(level, va))
+        })?;
         let oom = |e: Error| fail(e, reason::OUT_OF_MEMORY);
 
         // Allocate everything that can fail before touching the tables.
@@ -263,7 +277,8 @@ impl Vm {
         .map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
         if self.root.is_none() {
             let root = PtPage::new(dev, pte::LEVELS - 1, &self.stats, &self.bus).map_err(oom)?;
-            self.root = Some(KBox::new(root, GFP_KERNEL).map_err(|_| oom(ENOMEM))?);
+            self.root = Some(KBox::new(root, GFP_KERNEL_ACCOUNT).map_err(|_| oom(ENOMEM))?);
+            self.tables += 1;
         }
         let Some(root) = self.root.as_deref_mut() else {
             return Err(oom(ENOMEM));
@@ -305,7 +320,7 @@ impl Vm {
                     result = Err(e);
                     break 'segments;
                 }
-                if let Err(e) = root.map_page(dev, va, pa, leaf) {
+                if let Err(e) = root.map_page(dev, va, pa, leaf, &mut self.tables) {
                     self.bus.unregister(pa);
                     result = Err(e);
                     break 'segments;
@@ -324,7 +339,7 @@ impl Vm {
         }
         if let Err(e) = result {
             // Roll back what was mapped (a job using the range meanwhile may have cached it).
-            Self::unmap_range(root, &self.bus, &self.gpu.hw, args.va, va);
+            Self::unmap_range(root, &self.bus, &self.gpu.hw, args.va, va, &mut self.tables);
             self.check_empty_tables();
             let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
             return Err(fail(e, r));
@@ -342,7 +357,7 @@ impl Vm {
             _ => return Err(fail(EINVAL, reason::VA_NOT_MAPPED)),
         }
         if let Some(root) = self.root.as_deref_mut() {
-            Self::unmap_range(root, &self.bus, &self.gpu.hw, va, va + size);
+            Self::unmap_range(root, &self.bus, &self.gpu.hw, va, va + size, &mut self.tables);
         }
         // Dropping the mapping unpins the pages and drops the object reference, after the
         // entries pointing at them are gone.
@@ -362,10 +377,11 @@ impl Vm {
         }
         if let Some(root) = self.root.as_deref() {
             let tables = root.table_count();
-            if tables != 1 || !root.is_empty() {
+            if tables != 1 || !root.is_empty() || self.tables != 1 {
                 pr_err!(
-                    "LEAK: address space has no mapping but {} page-table pages (top empty: {})\n",
+                    "LEAK: address space has no mapping but {} page-table pages, {} counted (top empty: {})\n",
                     tables,
+                    self.tables,
                     root.is_empty()
                 );
             }
@@ -382,13 +398,30 @@ impl Vm {
 impl Drop for Vm {
     fn drop(&mut self) {
         // File close: take every page off the bus, free the page tables, then drop the mappings
-        // (unpin, unreference).
+        // (unpin, unreference). One walk over the whole tree, not one unmap per mapping: clear up
+        // to a batch of leaves (freeing each table as it empties), make the device forget its
+        // translations once, take the batch off the bus in one pass, repeat (the order of
+        // `unmap_range`, in batches of `TEARDOWN_BATCH` pages instead of one mapping's).
         if let Some(root) = self.root.as_deref_mut() {
-            for (va, m) in self.mappings.iter() {
-                Self::unmap_range(root, &self.bus, &self.gpu.hw, *va, *va + m.size);
+            let mut heap = KVec::from_elem(0u64, TEARDOWN_BATCH, GFP_KERNEL).ok();
+            let mut stack = [0u64; UNMAP_BATCH];
+            let buf: &mut [u64] = match heap.as_deref_mut() {
+                Some(h) => h,
+                None => &mut stack,
+            };
+            let mut from = 0u64;
+            loop {
+                let mut n = 0;
+                let more = root.drain_leaves(0, &mut from, buf, &mut n, &mut self.tables);
+                self.gpu.hw.invalidate_tlb();
+                self.bus.unregister_all(buf.get(..n).unwrap_or_default());
+                if !more {
+                    break;
+                }
             }
         }
         self.root = None;
+        self.tables = 0;
         self.mappings = RBTree::new();
         self.stats.mappings.fetch_sub(self.count as u64, Relaxed);
         self.count = 0;

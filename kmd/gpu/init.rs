@@ -81,7 +81,9 @@ impl Gpu {
         // SAFETY: as for the rings.
         unsafe { bus.register_kva(code_pa, code.as_mut_ptr().cast::<u8>())? };
         let mut kas_root = PtPage::new(dev, pte::LEVELS - 1, &kstats, &bus)?;
-        kas_root.map_page(dev, KVA_CODE, code_pa, pte::READ)?;
+        // The kernel's own address space is outside every file's page-table budget.
+        let mut kas_tables = 0;
+        kas_root.map_page(dev, KVA_CODE, code_pa, pte::READ, &mut kas_tables)?;
 
         let mut queues = KVec::with_capacity(regs::NUM_QUEUES, GFP_KERNEL)?;
         for _ in 0..regs::NUM_QUEUES {

@@ -90,7 +90,7 @@ static void test_error_queries(void) {
     report("bad handle is not retryable", umdIsRetryable(UMD_ERR_INVALID_HANDLE) == 0, "retryable");
     uint32_t ma = 99, mi = 99, pa = 99, ua = 99, ui = 99;
     EXPECT_CODE("version", umdGetVersion(&ma, &mi, &pa, &ua, &ui), UMD_SUCCESS);
-    report("version values", ma == UMD_VERSION_MAJOR && mi == UMD_VERSION_MINOR && ua == 1 && ui == 2, "wrong version");
+    report("version values", ma == UMD_VERSION_MAJOR && mi == UMD_VERSION_MINOR && ua == 1 && ui == 3, "wrong version");
     umdErrorDetail d;
     memset(&d, 0, sizeof d);
     d.struct_size = 0;

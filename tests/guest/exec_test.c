@@ -873,6 +873,193 @@ static void test_as_slots_busy(void)
 }
 
 /* Back-pressure: a stalled queue's ring fills up; NO_BLOCK says EAGAIN + RING_FULL, never more. */
+/* ---- the page-table budget (docs/kmd.md, "Page-table budget") ---- */
+
+#define PT_BUDGET_TABLES 2048	/* rules::vm::MAX_PT_TABLES */
+#define PT_DENSE_MAPPINGS 16384
+#define GIB (1ull << 30)
+
+/* MemFree of /proc/meminfo, in KiB (-1 if unreadable). */
+static long long mem_free_kib(void)
+{
+	char line[128];
+	long long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemFree: %lld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* The binds of one 4 KiB object at a 1 GiB stride (VA k+1 GiB) the budget admits: each needs a
+ * leaf and an L1 table, the first of every 512 GiB an L2 table, the first the top-level table too;
+ * the bind that would take the file past PT_BUDGET_TABLES is refused. Returns the number admitted
+ * (1022) and the tables they hold (2047) in *held. */
+static unsigned pt_expected_binds(unsigned *held)
+{
+	unsigned t = 1, k;
+	for (k = 0;; k++) {
+		unsigned long long va = (k + 1) * GIB;
+		unsigned need = 2 + (k == 0 || ((va >> 39) != ((va - GIB) >> 39)));
+		if (t + need > PT_BUDGET_TABLES)
+			break;
+		t += need;
+	}
+	*held = t;
+	return k;
+}
+
+struct pt_result {
+	int setup;		/* 0, or the failing step's negative errno */
+	unsigned binds;		/* binds accepted at the 1 GiB stride before the refusal */
+	int refused_rc;
+	__u32 refused_reason;
+	int inside_rc;		/* a bind inside the held tables after the refusal */
+	long long mem_drop_kib; /* MemFree before the first bind minus after the refusal */
+	unsigned long long close_sparse_ns;
+	unsigned dense;		/* binds accepted at a 4 KiB stride (of PT_DENSE_MAPPINGS) */
+	int dense_rc;
+	unsigned long long close_dense_ns;
+	int after_rc;		/* a job on a new file after both closes */
+	uint32_t after_word;
+};
+
+static void pt_budget_child(const char *node, struct pt_result *res)
+{
+	if (setgid(65534) || setuid(65534)) {
+		res->setup = -EPERM;
+		return;
+	}
+	int fd = open(node, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		res->setup = -errno;
+		return;
+	}
+	struct drm_aigpu_gem_create c = { .size = PAGE };
+	int r = rawioctl(fd, DRM_IOCTL_AIGPU_GEM_CREATE, &c);
+	if (r) {
+		res->setup = r;
+		return;
+	}
+	long long m0 = mem_free_kib();
+	for (unsigned k = 0; k < 70000; k++) {
+		struct drm_aigpu_vm_bind b = { .handle = c.handle, .va = (k + 1) * GIB, .size = PAGE, .access = RW };
+		r = rawioctl(fd, DRM_IOCTL_AIGPU_VM_BIND, &b);
+		if (r) {
+			res->refused_rc = r;
+			res->refused_reason = b.reason;
+			break;
+		}
+		res->binds++;
+	}
+	long long m1 = mem_free_kib();
+	res->mem_drop_kib = m0 - m1;
+	/* Inside the first leaf table: no new table, so the budget admits it. */
+	struct drm_aigpu_vm_bind in = { .handle = c.handle, .va = GIB + PAGE, .size = PAGE, .access = RW };
+	res->inside_rc = rawioctl(fd, DRM_IOCTL_AIGPU_VM_BIND, &in);
+	uint64_t t0 = now_ns();
+	close(fd);
+	res->close_sparse_ns = now_ns() - t0;
+
+	/* 16384 mappings of one object, packed: 35 tables, close must still be fast. */
+	fd = open(node, O_RDWR | O_CLOEXEC);
+	struct drm_aigpu_gem_create d = { .size = PAGE };
+	r = fd < 0 ? -errno : rawioctl(fd, DRM_IOCTL_AIGPU_GEM_CREATE, &d);
+	if (r) {
+		res->setup = r;
+		return;
+	}
+	for (unsigned k = 0; k < PT_DENSE_MAPPINGS; k++) {
+		struct drm_aigpu_vm_bind b = { .handle = d.handle, .va = GIB + k * PAGE, .size = PAGE, .access = RW };
+		r = rawioctl(fd, DRM_IOCTL_AIGPU_VM_BIND, &b);
+		if (r) {
+			res->dense_rc = r;
+			break;
+		}
+		res->dense++;
+	}
+	t0 = now_ns();
+	close(fd);
+	res->close_dense_ns = now_ns() - t0;
+
+	/* The device still works for a new file. */
+	struct gpu g;
+	__u32 ctx;
+	r = gpu_open(&g, 0);
+	if (!r)
+		r = ctx_create(&g, AIGPU_PRIORITY_NORMAL, &ctx);
+	if (!r) {
+		struct sub s = submit_small_fill(&g, ctx, 0x5a5a5a5au);
+		struct waited w = s.rc ? (struct waited){ .rc = s.rc } : wait_for(&g, ctx, s.seqno, 10000);
+		r = w.rc;
+		res->after_word = *(uint32_t *)g.map;
+	}
+	res->after_rc = r;
+	gpu_close(&g);
+}
+
+/* An unprivileged file binds one 4 KiB object at a 1 GiB stride until the budget refuses it:
+ * ENOSPC + PT_LIMIT at exactly the predicted bind, MemFree down by at most the budget's tables
+ * (8 MiB) and their bookkeeping (on the debug kernel with KASAN about twice the tables again)
+ * plus slack: 32 MiB; close is fast; 16384 packed mappings close fast; the device works after. */
+static void test_pt_budget(void)
+{
+	const char *node = "/dev/dri/renderD128";
+	struct stat sb;
+	int pipefd[2];
+	unsigned held, want = pt_expected_binds(&held);
+
+	if (stat(node, &sb) || pipe(pipefd)) {
+		fail("pt-budget", "setup: stat/pipe failed");
+		return;
+	}
+	chmod(node, 0666);
+	pid_t child = fork();
+	if (child == 0) {
+		struct pt_result res = { 0 };
+		close(pipefd[0]);
+		pt_budget_child(node, &res);
+		if (write(pipefd[1], &res, sizeof(res)) != sizeof(res))
+			_exit(2);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	struct pt_result res;
+	memset(&res, 0, sizeof(res));
+	res.setup = -EPIPE;
+	ssize_t n = read(pipefd[0], &res, sizeof(res));
+	close(pipefd[0]);
+	waitpid(child, NULL, 0);
+	chmod(node, sb.st_mode & 07777);
+	if (n != sizeof(res) || res.setup) {
+		fail("pt-budget", "setup: read %zd, child step rc=%d", n, res.setup);
+		return;
+	}
+	printf("exec_test: pt-budget: %u binds at a 1 GiB stride (%u tables), MemFree -%lld KiB, close %llu us; "
+	       "%u packed mappings close %llu us\n",
+	       res.binds, held, res.mem_drop_kib, res.close_sparse_ns / 1000, res.dense, res.close_dense_ns / 1000);
+	CHECK("pt-budget-refused-at-the-predicted-bind",
+	      want == 1022 && held == 2047 && res.binds == want && res.refused_rc == -ENOSPC &&
+		      res.refused_reason == AIGPU_REASON_PT_LIMIT,
+	      "%u binds (want %u), refused rc=%d reason=%u (want %d, %u)", res.binds, want, res.refused_rc,
+	      res.refused_reason, -ENOSPC, AIGPU_REASON_PT_LIMIT);
+	CHECK("pt-budget-bind-inside-held-tables", res.inside_rc == 0, "rc=%d", res.inside_rc);
+	CHECK("pt-budget-memory-bounded", res.mem_drop_kib >= 0 && res.mem_drop_kib <= 32 * 1024,
+	      "MemFree dropped %lld KiB (bound 32768)", res.mem_drop_kib);
+	CHECK("pt-budget-close-fast", res.close_sparse_ns < 1000000000ull, "close took %llu ms",
+	      res.close_sparse_ns / 1000000);
+	CHECK("pt-close-16k-mappings-fast",
+	      res.dense == PT_DENSE_MAPPINGS && res.dense_rc == 0 && res.close_dense_ns < 1000000000ull,
+	      "%u of %u binds (rc=%d), close took %llu ms", res.dense, PT_DENSE_MAPPINGS, res.dense_rc,
+	      res.close_dense_ns / 1000000);
+	CHECK("pt-budget-device-works-after", res.after_rc == 0 && res.after_word == 0x5a5a5a5au,
+	      "job rc=%d word %#x", res.after_rc, res.after_word);
+}
+
 static void test_ring_full(void)
 {
 	struct gpu g;
@@ -1022,7 +1209,7 @@ static void test_page_fault(void)
 	char pidfrag[64], ctxfrag[64];
 	snprintf(pidfrag, sizeof(pidfrag), "process pid=%d comm=exec_test client=", (int)child);
 	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%d queue=", res[6]);
-	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.2 device=aigpu0",
+	const char *const want[] = { "aigpu crash dump ", "kernel=", " driver=0.1.0 uapi=1.3 device=aigpu0",
 				     "time_wall=", "time_mono_ns=", "kind=page_fault\n", pidfrag, ctxfrag,
 				     "fault type=unmapped access=read va=0x7f0010000 offset=24 job=", "ring queue=",
 				     "job id=", " seqno=1 cmdbuf=0 va=", "packets:\n", "  +0000 FILL dst=0x40000000 size=64",
@@ -1218,7 +1405,7 @@ static void test_debugfs(void)
 	free(st0);
 	char want_timeout[64];
 	snprintf(want_timeout, sizeof(want_timeout), " job_timeout_ms=%u hang_debug=1", TIMEOUT_MS);
-	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.2 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
+	const char *const ws[] = { "device=aigpu0 state=ok uapi=1.3 driver=0.1.0 hw=1.0 mem_total=67108864 mem_used=",
 				   " clients=", " contexts=", " jobs=", " faults=", " hangs=", " resets=", want_timeout,
 				   NULL };
 	const char *m = missing(st, ws);
@@ -1571,6 +1758,7 @@ int main(int argc, char **argv)
 		test_wait_outcomes();
 		test_ring_full();
 		test_as_slots_busy();
+		test_pt_budget();
 		test_page_fault();
 		test_hang();
 		test_injections();

@@ -91,11 +91,11 @@ fn reason_codes_are_unique_and_named() {
     let values: BTreeSet<u32> = reason::ALL.iter().map(|r| r.0).collect();
     let names: BTreeSet<&str> = reason::ALL.iter().map(|r| r.1).collect();
     let texts: BTreeSet<&str> = reason::ALL.iter().map(|r| r.2).collect();
-    assert_eq!(reason::ALL.len(), 36);
-    assert_eq!(values.len(), 36, "duplicate reason value");
-    assert_eq!(names.len(), 36, "duplicate reason name");
-    assert_eq!(texts.len(), 36, "duplicate reason text");
-    // Dense 0..=35, in order.
+    assert_eq!(reason::ALL.len(), 37);
+    assert_eq!(values.len(), 37, "duplicate reason value");
+    assert_eq!(names.len(), 37, "duplicate reason name");
+    assert_eq!(texts.len(), 37, "duplicate reason text");
+    // Dense 0..=36, in order.
     for (i, r) in reason::ALL.iter().enumerate() {
         assert_eq!(r.0, i as u32, "{}", r.1);
         assert_eq!(reason::name(r.0), r.1);
@@ -110,8 +110,10 @@ fn reason_codes_are_unique_and_named() {
     assert_eq!(reason::DEVICE_CTX_LIMIT, 34);
     // UAPI 1.2.
     assert_eq!(reason::DEP_FAILED, 35);
+    // UAPI 1.3.
+    assert_eq!(reason::PT_LIMIT, 36);
     assert_eq!(reason::name(10), "VA_OVERLAP");
-    assert_eq!(reason::name(36), "UNKNOWN");
+    assert_eq!(reason::name(37), "UNKNOWN");
     assert_eq!(reason::text(u32::MAX), "unknown reason");
 }
 

@@ -28,6 +28,9 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
     }
     match (op, e.reason) {
         (_, r::OUT_OF_MEMORY) => UMD_ERR_MEM_OUT_OF_MEMORY,
+        // The file's page tables are at their budget: memory the caller can give back (unbind,
+        // trim the pool), like device memory, so the same code (the pool trims and retries).
+        (_, r::PT_LIMIT) => UMD_ERR_MEM_OUT_OF_MEMORY,
         (_, r::SIZE_TOO_LARGE) => UMD_ERR_MEM_TOO_LARGE,
         (_, r::CTX_BANNED | r::CTX_LOST) => UMD_ERR_CTX_LOST,
         (_, r::DEP_FAILED) => UMD_ERR_CTX_DEPENDENCY_FAILED,
@@ -52,16 +55,61 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
     }
 }
 
+/// What a reason means for the caller beyond its one-line text, where that needs numbers
+/// (appended to the detail of the error).
+pub fn reason_hint(reason: u32) -> Option<String> {
+    match reason {
+        r::PT_LIMIT => Some(format!(
+            "The file's page-table budget is {} tables of 4 KiB ({} MiB, the top-level table \
+             included) and the tables it holds plus those this bind needs would pass it; unbind \
+             mappings, or keep them close together (one leaf table maps 2 MiB, one L1 table 1 GiB)",
+            rules::vm::MAX_PT_TABLES,
+            rules::vm::MAX_PT_TABLES * 4 / 1024
+        )),
+        _ => None,
+    }
+}
+
 /// A `UmdError` for a backend failure of `what` (e.g. "GEM create of 4096 bytes").
 #[track_caller]
 pub fn kmd_error(op: Op, e: KmdError, what: &str) -> UmdError {
     let code = code_for(op, &e);
-    UmdError::new(code, format!("{what} failed: {}.", e.describe())).kmd(e.errno, e.reason)
+    let hint = reason_hint(e.reason)
+        .map(|h| format!(" {h}."))
+        .unwrap_or_default();
+    UmdError::new(code, format!("{what} failed: {}.{hint}", e.describe())).kmd(e.errno, e.reason)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The page-table budget is memory the caller can give back: UMD_ERR_MEM_OUT_OF_MEMORY, with
+    /// the budget named in the detail.
+    #[test]
+    fn page_table_budget_maps_to_out_of_memory_and_names_the_budget() {
+        let e = KmdError::new(libc::ENOSPC, r::PT_LIMIT);
+        assert_eq!(
+            code_for(Op::Memory, &e),
+            umdResult::UMD_ERR_MEM_OUT_OF_MEMORY
+        );
+        let u = kmd_error(Op::Memory, e, "VM bind of 4096 bytes at 0x40100000");
+        assert_eq!(
+            (u.code, u.os_errno, u.kmd_reason),
+            (
+                umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
+                libc::ENOSPC,
+                r::PT_LIMIT
+            )
+        );
+        assert!(u.message.contains("PT_LIMIT (36)"), "{}", u.message);
+        assert!(
+            u.message
+                .contains("page-table budget is 2048 tables of 4 KiB (8 MiB"),
+            "{}",
+            u.message
+        );
+    }
 
     /// Both context limits are UMD_ERR_CTX_LIMIT; which one it was stays in the detail (the
     /// reason's name), so nobody has to guess between the file's 64 and the device's 512.

@@ -81,7 +81,7 @@ fn diagnoses_map_to_codes_and_name_both_versions() {
     assert_eq!(e.code(), umd::umdResult::UMD_ERR_INIT_VERSION_MISMATCH);
     assert_eq!(
         e.describe(),
-        "kernel aigpu UAPI 2.0 cannot be driven by this libumd (UAPI 1.2, needs kernel 1.0+)"
+        "kernel aigpu UAPI 2.0 cannot be driven by this libumd (UAPI 1.3, needs kernel 1.0+)"
     );
     let p = NoKernelDevice::PermissionDenied("/dev/dri/renderD128".into());
     assert_eq!(p.code(), umd::umdResult::UMD_ERR_INIT_PERMISSION_DENIED);

@@ -18,7 +18,7 @@ fn status_queues_clients_contexts() {
     let status = g.debugfs_status();
     assert!(
         status
-            .starts_with("device=sim0 state=ok uapi=1.2 driver=0.1.0 hw=1.0 mem_total=1073741824 "),
+            .starts_with("device=sim0 state=ok uapi=1.3 driver=0.1.0 hw=1.0 mem_total=1073741824 "),
         "{status}"
     );
     assert_eq!(kv(&status, "clients"), "1");

@@ -17,6 +17,7 @@ pub mod errno {
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;
     pub const EINVAL: i32 = 22;
+    pub const ENOSPC: i32 = 28;
     pub const E2BIG: i32 = 7;
     pub const ETIMEDOUT: i32 = 110;
     pub const ECANCELED: i32 = 125;
@@ -81,6 +82,7 @@ pub const fn default_errno(reason: u32) -> i32 {
         r::DEVICE_LOST => ENODEV,
         r::BAD_USER_POINTER => EFAULT,
         r::TIMEOUT => ETIMEDOUT,
+        r::PT_LIMIT => ENOSPC,
         r::INTERRUPTED => ERESTARTSYS,
         _ => EINVAL,
     }
@@ -98,6 +100,7 @@ mod tests {
         assert_eq!(Refusal::new(r::AS_SLOTS_BUSY).errno, EAGAIN);
         assert_eq!(Refusal::new(r::DEVICE_LOST).errno, ENODEV);
         assert_eq!(Refusal::new(r::PACKET_MALFORMED).errno, EINVAL);
+        assert_eq!(Refusal::new(r::PT_LIMIT).errno, ENOSPC);
         assert_eq!(
             Refusal::new(r::CMDBUF_BAD).at_packet(3, 8),
             Refusal {

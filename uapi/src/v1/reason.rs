@@ -91,6 +91,9 @@ reasons! {
     /// A job waited on a fence its producer context will never signal (the producer faulted,
     /// hung or failed the same way): the job did not run (UAPI 1.2).
     DEP_FAILED = 35, "a fence this job waits for will never signal: its producer context failed";
+    /// (UAPI 1.3) The bind would take the file's page tables past their budget
+    /// (`rules::vm::MAX_PT_TABLES`, 2048 tables of 4 KiB): nothing was mapped or allocated.
+    PT_LIMIT = 36, "the bind needs more page tables than the file's budget (2048 tables, 8 MiB)";
 }
 
 /// The name of a reason code (`"VA_OVERLAP"`), or `"UNKNOWN"`.

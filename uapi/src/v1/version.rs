@@ -10,7 +10,9 @@ pub const UAPI_MAJOR: u32 = 1;
 /// 1.1: reasons `AS_SLOTS_BUSY` and `DEVICE_CTX_LIMIT` (causes 1.0 reported as `RING_FULL` and
 /// `CTX_LIMIT`).
 /// 1.2: reason `DEP_FAILED`; `CtxState` grows `ban`, `dep_ctx_id` and `dep_seqno`.
-pub const UAPI_MINOR: u32 = 2;
+/// 1.3: reason `PT_LIMIT` (VM_BIND past the file's page-table budget; 1.2 kernels allocated
+/// page tables without a bound).
+pub const UAPI_MINOR: u32 = 3;
 /// The oldest kernel minor this user space can drive (same major).
 pub const MIN_KERNEL_MINOR: u32 = 0;
 

@@ -64,6 +64,12 @@ impl Vm {
         if self.overlaps(va, end) {
             return Err(KmdError::new(libc::EINVAL, r::VA_OVERLAP));
         }
+        // The page-table budget, before any table is allocated (`rules::vm::pt_check`, as
+        // aigpu.ko's `kmd/vm.rs`). The top-level table always exists here and counts as held,
+        // as the kernel's does once its first bind made it.
+        rules::vm::pt_check(va, end, self.table_pages as usize, true, |level, v| {
+            self.has_table(level, v)
+        })?;
         let mut bits = 0;
         if access & VM_ACCESS_READ != 0 {
             bits |= pte::READ;
@@ -138,6 +144,29 @@ impl Vm {
             return s + m.size > va;
         }
         false
+    }
+
+    /// Whether the table of `level` (0 = leaf table) covering `va` exists.
+    fn has_table(&self, level: usize, va: u64) -> bool {
+        let mut table = self.root;
+        let mut l = pte::LEVELS - 1;
+        while l > level {
+            let e = self
+                .mem
+                .read_u64(table + 8 * pte::index(va, l) as u64)
+                .unwrap_or(0);
+            if e & pte::VALID == 0 {
+                return false;
+            }
+            table = pte::addr(e);
+            l -= 1;
+        }
+        true
+    }
+
+    /// Page-table pages held, the top-level table included (what the budget counts).
+    pub fn tables(&self) -> u64 {
+        self.table_pages
     }
 
     /// Writes the L0 entry for `va`, creating intermediate tables as needed (only when setting).

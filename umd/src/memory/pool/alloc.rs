@@ -363,9 +363,12 @@ impl Inner {
         let (largest, frag) = self.free_profile(class);
         let cause = match kmd {
             Some(e) => format!(
-                "{what}: errno {}, reason {}",
+                "{what}: errno {}, reason {}{}",
                 crate::backend::errno_name(e.errno),
-                uapi::reason::name(e.reason)
+                uapi::reason::name(e.reason),
+                crate::errmap::reason_hint(e.reason)
+                    .map(|h| format!(". {h}"))
+                    .unwrap_or_default()
             ),
             None => what.to_string(),
         };
