@@ -119,7 +119,10 @@ static void sysfs_pci_address(const char *node, char *out, size_t n) {
     if (len < 0) return;
     link[len] = '\0';
     const char *dev = strrchr(link, '/');
-    snprintf(out, n, "%s", dev ? dev + 1 : link);
+    dev = dev ? dev + 1 : link;
+    size_t dn = strlen(dev);
+    if (dn >= n) return; /* no PCI address is that long: leave "" so the check fails */
+    memcpy(out, dev, dn + 1);
 }
 
 /* Every device's umdDeviceInfo.pci_address is what sysfs says (the simulator's: ""), and a
