@@ -138,6 +138,16 @@ fi
 if grep -qE "$BAD" "$LOG"; then
   reasons+=("kernel or test error lines in the log")
 fi
+# The kernel crate's doctests (the abstractions of kmd/kconfig/*.patch among them) run as the
+# KUnit suite rust_doctests_kernel at boot when the kernel was built with them (debug.config).
+if grep -qx 'CONFIG_RUST_KERNEL_DOCTESTS=y' "$KBUILD_OUT/.config"; then
+  kunit=$(grep -oE '# rust_doctests_kernel: pass:[0-9]+ fail:[0-9]+ skip:[0-9]+ total:[0-9]+' "$LOG" | head -1)
+  echo "run-guest: kernel doctests: ${kunit:-no summary line}"
+  case $kunit in
+    *' fail:0 '*) grep -q 'not ok [0-9]* rust_doctest' "$LOG" && reasons+=("a kernel doctest failed") ;;
+    *) reasons+=("no 'rust_doctests_kernel: pass:N fail:0' KUnit line (the kernel's doctests did not run or failed)") ;;
+  esac
+fi
 
 grep -E '(kmd|exec)_test: [0-9]+ passed, [0-9]+ failed|tools_test\((pre|post)\): [0-9]+ passed' "$LOG" || echo "run-guest: (no test summary line)"
 if grep -q 'GUEST: umd backend_conformance' "$LOG"; then
