@@ -21,7 +21,10 @@
 # a faux device).
 #
 # PASS needs: `GUEST: DONE`, `GUEST: TEST_RC=0`, `kmd_test: N passed, 0 failed` and `exec_test: N
-# passed, 0 failed` in the log, and none of: a test FAIL line (kmd_test, exec_test, abi_test), `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
+# passed, 0 failed` in the log (and `procfault_test: N passed, 0 failed` and, in test and fuzz
+# mode, a `fuzz: seed=S ... findings=0` summary line for every `GUEST: fuzz seed` run: docs/kmd.md,
+# "Fuzzing"), and none of: a test FAIL line (kmd_test, exec_test, abi_test, procfault_test, a
+# `fuzz: FINDING` or `fuzz: FAIL` line), `BUG:`, `WARNING:`, `Oops`, `Kernel panic`, `KASAN`, a lockdep
 # report (`possible circular locking`, `possible recursive locking`, `inconsistent lock state`,
 # `lockdep is turned off`, `suspicious RCU usage`), a kmemleak
 # report (`unreferenced object`), the driver's own `LEAK:` report, `Call Trace:`. Prints the
