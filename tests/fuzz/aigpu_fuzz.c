@@ -616,7 +616,8 @@ static void do_vm_bind(void)
 		else if (overlap)
 			expect("VM_BIND overlapping", r, a.reason, -EINVAL, AIGPU_REASON_VA_OVERLAP);
 		else if (r && !((r == -ENOMEM && a.reason == AIGPU_REASON_OUT_OF_MEMORY) ||
-				(r == -ENOSPC && a.reason == AIGPU_REASON_OBJECT_LIMIT)))
+				(r == -ENOSPC && a.reason == AIGPU_REASON_OBJECT_LIMIT) ||
+				(r == -ENOSPC && a.reason == AIGPU_REASON_PT_LIMIT)))
 			finding("VM_BIND of a free range: rc=%d reason=%u", r, a.reason);
 	}
 	if (r == 0) {
