@@ -300,8 +300,12 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             } else {
                 None
             };
+            // Named as the probed nodes are: a lost GPU on a PCI function is still `aigpu0`
+            // (its debugfs directory says so), not its sysfs parent's PCI address.
             add(
-                e.device.clone().unwrap_or_else(|| "?".into()),
+                gpu_name_of_node(host, ks, &e.name)
+                    .or_else(|| e.device.clone())
+                    .unwrap_or_else(|| "?".into()),
                 Some(node),
                 access,
                 query,
