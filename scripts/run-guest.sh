@@ -143,7 +143,7 @@ if grep -qE "$BAD" "$LOG"; then
 fi
 # The kernel crate's doctests (the abstractions of kmd/kconfig/*.patch among them) run as the
 # KUnit suite rust_doctests_kernel at boot when the kernel was built with them (debug.config).
-if grep -qx 'CONFIG_RUST_KERNEL_DOCTESTS=y' "$KBUILD_OUT/.config"; then
+if grep -qsx 'CONFIG_RUST_KERNEL_DOCTESTS=y' "$KBUILD_OUT/.config"; then
   kunit=$(grep -oE '# rust_doctests_kernel: pass:[0-9]+ fail:[0-9]+ skip:[0-9]+ total:[0-9]+' "$LOG" | head -1)
   echo "run-guest: kernel doctests: ${kunit:-no summary line}"
   case $kunit in

@@ -12,6 +12,9 @@ trap 'rm -rf "$W"' EXIT
 # A fake kernel build dir and repository root (run-guest.sh only checks that the files exist).
 mkdir -p "$W/kbuild/arch/x86/boot" "$W/root/out/guest" "$W/bin" "$W/logs"
 : > "$W/kbuild/arch/x86/boot/bzImage"
+# Built with the kernel crate's doctests (kmd/kconfig/debug.config): the verdict wants their
+# KUnit summary.
+echo 'CONFIG_RUST_KERNEL_DOCTESTS=y' > "$W/kbuild/.config"
 : > "$W/root/out/guest/initramfs.cpio.gz"
 
 # The stub: the N-th boot prints $W/logs/N (counted in $W/boots).
@@ -25,9 +28,13 @@ chmod +x "$W/bin/qemu-system-x86_64"
 
 SPLAT='[    0.004000] BUG: KASAN: slab-out-of-bounds in handle_edge_irq+0x41/0x2c0'
 pass_log() {
-  printf '%s\n' '[    0.000000] Linux version 7.3.4' 'GUEST: kernel 7.3.4, uptime 2.3s' \
-    'kmd_test: 125 passed, 0 failed' 'exec_test: 66 passed, 0 failed' 'GUEST: TEST_RC=0' 'GUEST: DONE'
+  printf '%s\n' '[    0.000000] Linux version 7.3.4' "$KUNIT_OK" 'GUEST: kernel 7.3.4, uptime 2.3s' \
+    'kmd_test: 125 passed, 0 failed' 'exec_test: 66 passed, 0 failed' 'procfault_test: 15 passed, 0 failed' \
+    'GUEST: fuzz seed 1 for 20 s' "$FUZZ_OK" 'GUEST: TEST_RC=0' 'GUEST: DONE'
 }
+KUNIT_OK='[   13.400061] # rust_doctests_kernel: pass:363 fail:0 skip:0 total:363'
+FUZZ_OK='fuzz: seed=1 iters=4232 ioctls=4641 query=160 submit=918 uid=65534 findings=0'
+
 
 passed=0
 failed=0
@@ -69,6 +76,13 @@ case_ splat-after-pid1-not-retried 1 1 0 "run-guest: FAIL (debug): kernel or tes
 case_ test-fail-line-fails 1 1 0 "exec_test: FAIL as-slots-busy-eagain" \
   "$(pass_log | sed 's/^GUEST: TEST_RC=0$/exec_test: FAIL as-slots-busy-eagain: rc=-11 reason=25\nGUEST: TEST_RC=0/')"
 case_ unfinished-guest-fails 1 1 0 "no 'GUEST: DONE'" "$(pass_log | grep -v 'GUEST: DONE')"
+case_ doctest-failure-fails 1 1 0 "run-guest: FAIL (debug): no 'rust_doctests_kernel: pass:N fail:0' KUnit line" \
+  "$(pass_log | sed 's/fail:0 skip:0 total:363/fail:1 skip:0 total:363/')"
+case_ doctests-missing-fail 1 1 0 "the kernel's doctests did not run or failed" "$(pass_log | grep -v rust_doctests_kernel)"
+case_ fuzz-finding-fails 1 1 0 "run-guest: FAIL (debug): fuzz: 0 summary lines with findings=0 for 1 seeds run" \
+  "$(pass_log | sed 's/findings=0/findings=1/')"
+case_ fuzz-seed-without-summary-fails 1 1 0 "fuzz: 0 summary lines with findings=0 for 1 seeds run" \
+  "$(pass_log | grep -v '^fuzz: seed=')"
 
 echo "run_guest_verdict: $passed passed, $failed failed"
 [ "$failed" = 0 ]
