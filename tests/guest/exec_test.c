@@ -914,7 +914,7 @@ static unsigned pt_expected_binds(unsigned *held)
 }
 
 /* Longest a close of the budget tests may take in the emulated guest (see their checks). */
-#define PT_CLOSE_BOUND_NS 3000000000ull
+#define PT_CLOSE_BOUND_NS 5000000000ull
 
 struct pt_result {
 	int setup;		/* 0, or the failing step's negative errno */
@@ -1053,8 +1053,8 @@ static void test_pt_budget(void)
 	CHECK("pt-budget-bind-inside-held-tables", res.inside_rc == 0, "rc=%d", res.inside_rc);
 	CHECK("pt-budget-memory-bounded", res.mem_drop_kib >= 0 && res.mem_drop_kib <= 32 * 1024,
 	      "MemFree dropped %lld KiB (bound 32768)", res.mem_drop_kib);
-	/* The bound is for this guest (TCG, KASAN, on a shared host): a close here took 0.8 s
-	 * (sparse) and 1.6 s (16k packed) with the host loaded, against 37-57 s before the one-walk
+	/* The bound is for this guest (TCG, KASAN, on a shared host): a close here took 0.8-1.2 s
+	 * (sparse) and 1.6-2.2 s (16k packed) with the host loaded, against 37-57 s before the one-walk
 	 * teardown (docs/kmd.md, "Page-table budget"); the times are printed above. */
 	CHECK("pt-budget-close-fast", res.close_sparse_ns < PT_CLOSE_BOUND_NS, "close took %llu ms",
 	      res.close_sparse_ns / 1000000);
