@@ -112,7 +112,8 @@ fn kernel_release(out: &mut Text) {
     // whose fields are six `char[65]` arrays (include/uapi/linux/utsname.h): `sysname`,
     // `nodename`, then `release`.
     const LEN: usize = 65;
-    // SAFETY: `init_uts_ns` is the kernel's static, exported UTS namespace; its first 3 * 65
+    // `init_uts_ns` is the kernel's static, exported UTS namespace (taking its address is safe);
+    // the reads below rely on this: its first 3 * 65
     // bytes are `sysname`, `nodename` and `release` (NUL-terminated, not changed after boot; the
     // structure is only reordered under CONFIG_RANDSTRUCT, which these kernels do not set).
     let base = core::ptr::addr_of!(bindings::init_uts_ns).cast::<u8>();

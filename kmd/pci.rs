@@ -223,7 +223,7 @@ impl pci::Driver for AigpuPci {
                 _self_irq: SelfInterrupt(gpu.gpu().clone()),
                 gpu,
                 vectors: pdev.alloc_irq_vectors(1, 1, msi)?,
-                // SAFETY (both): `vectors` is initialised before this expression is evaluated
+                // SAFETY: (both unsafe operations below) `vectors` is initialised before this expression is evaluated
                 // (`try_pin_init!` initialises fields in the order written), lives at a pinned
                 // address and is dropped after `irq` (field order). The registration is a field
                 // of `PciGpu` and never forgotten.
