@@ -51,6 +51,7 @@
 #define WORK_VA 0x40000000ull
 #define WORK_SIZE (256u * 1024u)
 #define WORK_DATA (WORK_SIZE / 2)
+#define WORK_CMD_CHILD (WORK_DATA + WORK_DATA / 2) /* a forked child's command buffers */
 /* Random binds land in [BIND_BASE, BIND_BASE + BIND_SPAN): small enough to overlap often. */
 #define BIND_BASE 0x100000000ull
 #define BIND_SPAN (256ull * PAGE)
@@ -416,19 +417,29 @@ static uint32_t *random_packet(uint32_t *p, unsigned room)
 		switch (below(4)) {
 		case 0: p[i - 1] = (uint32_t)rnd(); break;
 		case 1: p[i - 1] = (uint32_t)below(64); break;
-		case 2: p[i - 1] = (uint32_t)(WORK_VA + below(WORK_SIZE)); break;
+		/* Addresses stay in the data half: the device never rewrites a
+		 * command buffer the CPU has not submitted yet (see cmd_alloc). */
+		case 2: p[i - 1] = (uint32_t)(WORK_VA + below(WORK_DATA)); break;
 		default: p[i - 1] = 0; break;
 		}
 	}
 	return p + (words ? words - 1 : 0);
 }
-/* Room for a command buffer of `words` words in the work object's upper half. */
+/*
+ * Room for a command buffer of `words` words in the work object's upper half.
+ * A forked child shares the parent's work object (MAP_SHARED), so each process
+ * writes its command buffers in its own quarter: were they shared, one process's
+ * valid packets could overwrite another's deliberately malformed header between
+ * the write and the SUBMIT copy-in, and a corruption the oracle requires to fail
+ * would succeed (a finding the kernel is not responsible for).
+ */
 static uint32_t *cmd_alloc(unsigned words, uint64_t *va)
 {
 	unsigned bytes = (words * 4 + 63) & ~63u;
+	unsigned lo = is_child ? WORK_CMD_CHILD : WORK_DATA, hi = is_child ? WORK_SIZE : WORK_CMD_CHILD;
 
-	if (S.cmd_at < WORK_DATA || S.cmd_at + bytes > WORK_SIZE)
-		S.cmd_at = WORK_DATA;
+	if (S.cmd_at < lo || S.cmd_at + bytes > hi)
+		S.cmd_at = lo;
 	*va = WORK_VA + S.cmd_at;
 	uint32_t *p = (uint32_t *)(S.work_map + S.cmd_at);
 	S.cmd_at += bytes;
