@@ -8,24 +8,24 @@
 //!
 //! Layout (one concern per file, after drivers/gpu/drm/tyr):
 //! - `driver.rs` — the `drm::Driver` implementation, per-device data, device numbers, a GPU
-//!                 attached to a bus device, the faux attachment;
+//!   attached to a bus device, the faux attachment;
 //! - `pci.rs`    — the PCI attachment: the `pci::Driver`, the function's MSI and its handler;
 //! - `file.rs`   — per-open-file state: the GPU address space, the contexts and the set of our
-//!                 GEM objects;
+//!   GEM objects;
 //! - `ctx.rs`    — the context, submit and wait ioctls, command-buffer validation;
 //! - `gpu/`     — execution: contexts and clients, submission, waiting, interrupt top and bottom
-//!                 half, the watchdog, engine reset and innocent resubmission, device loss; every
-//!                 decision by the driver's rules (`rules/src/rules`, `mod rules` below), which
-//!                 the simulator backend runs too;
+//!   half, the watchdog, engine reset and innocent resubmission, device loss; every
+//!   decision by the driver's rules (`rules/src/rules`, `mod rules` below), which
+//!   the simulator backend runs too;
 //! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
-//!                 and its interrupt line (the PCI function's MSI, or a hard `irq_work`: a
-//!                 self-interrupt);
+//!   and its interrupt line (the PCI function's MSI, or a hard `irq_work`: a
+//!   self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
 //! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
 //! - `fdinfo.rs`, `coredump.rs`, `wedged.rs` — the kernel's standard interfaces: fdinfo usage
 //!   stats, device coredumps, the DRM wedged event on device loss;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign
-//!                 objects;
+//!   objects;
 //! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
 //! - `pt.rs`     — page-table pages in the format of docs/hw-spec.md section 5;
 //! - `ioctl.rs`  — the ioctl table, the trampoline that reports `reason`, argument checks;

@@ -93,6 +93,11 @@ fn kind_of(k: u8) -> Kind {
 }
 
 /// `open` of a text file: renders it into a buffer owned by the open file.
+///
+/// # Safety
+///
+/// Called by the VFS only, through the `file_operations` of a file this module created: `inode`
+/// is that file's inode (its private data the device's `Gpu`), `file` the file being opened.
 unsafe extern "C" fn text_open<const K: u8>(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: the inode's private data is the device's `Gpu` (set at creation); the files are
     // removed with the DRM device's debugfs tree before the `Gpu` can go away, and debugfs makes
@@ -108,6 +113,12 @@ unsafe extern "C" fn text_open<const K: u8>(inode: *mut bindings::inode, file: *
     0
 }
 
+/// `read` of a text file: copies from the buffer `text_open` rendered.
+///
+/// # Safety
+///
+/// Called by the VFS only, on a file opened by `text_open` and not yet released; `buf` and
+/// `pos` are the VFS's arguments for this read.
 unsafe extern "C" fn text_read(
     file: *mut bindings::file,
     buf: *mut c_char,
@@ -120,6 +131,11 @@ unsafe extern "C" fn text_read(
     unsafe { bindings::simple_read_from_buffer(buf.cast(), count, pos, v.as_ptr().cast(), v.len()) }
 }
 
+/// `release` of a text file: frees the rendered buffer.
+///
+/// # Safety
+///
+/// Called by the VFS only, once, on a file opened by `text_open`.
 unsafe extern "C" fn text_release(_inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: `private_data` is the buffer `text_open` stored, freed exactly once here.
     drop(unsafe { KBox::from_raw((*file).private_data.cast::<KVec<u8>>()) });
@@ -133,6 +149,12 @@ const I_FALL_OFF_BUS: u8 = 2;
 const I_HANG: u8 = 3;
 const I_PAGE_FAULT: u8 = 4;
 
+/// `open` of an injection file: keeps the device's `Gpu` for the writes.
+///
+/// # Safety
+///
+/// Called by the VFS only, with the inode of a file this module created (its private data the
+/// device's `Gpu`) and the file being opened.
 unsafe extern "C" fn inject_open(inode: *mut bindings::inode, file: *mut bindings::file) -> c_int {
     // SAFETY: as in `text_open`; the pointer is only used during `write` calls, which debugfs
     // also protects against removal.
@@ -150,6 +172,11 @@ fn written<'a>(buf: *const c_char, count: usize, out: &'a mut [u8]) -> core::res
 }
 
 /// `write` of an injection file: `1` (or `y`) arms it.
+///
+/// # Safety
+///
+/// Called by the VFS only, on a file opened by `inject_open`; `buf` is a user pointer of at
+/// least `count` bytes.
 unsafe extern "C" fn inject_write<const K: u8>(
     file: *mut bindings::file,
     buf: *const c_char,
@@ -181,6 +208,10 @@ unsafe extern "C" fn inject_write<const K: u8>(
 
 /// `write` of `inject_uapi_version`: `MAJOR.MINOR` makes QUERY report that UAPI version (the
 /// test of libumd's version refusal, docs/uapi.md "Versioning"); `0` restores the real one.
+///
+/// # Safety
+///
+/// As for `inject_write`.
 unsafe extern "C" fn uapi_version_write(
     file: *mut bindings::file,
     buf: *const c_char,

@@ -632,6 +632,11 @@ const LONG_ROUND_NS: u64 = 2_000_000;
 const LONG_RUN_NS: u64 = 2_000_000;
 
 /// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
+///
+/// # Safety
+///
+/// Only `kthread_create` in `start` calls this, with `data` pointing at the `Hw` that `stop`
+/// keeps alive until the thread has returned.
 unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
     // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
     // happen before this function returns.

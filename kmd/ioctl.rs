@@ -110,7 +110,6 @@ pub(crate) fn check_pad(pad: u32) -> IoctlResult {
     Ok(())
 }
 
-/// Whether `v` is a multiple of the GPU page size.
 /// Builds a `drm_ioctl_desc` whose C trampoline calls `$func(dev, data, file)`, clears `reason`
 /// on entry and sets it on failure.
 macro_rules! aigpu_ioctl {
@@ -118,6 +117,12 @@ macro_rules! aigpu_ioctl {
         // The uapi crate's encoding must be the kernel's `_IOWR('d', DRM_COMMAND_BASE + nr, T)`.
         const _: () = assert!($cmd == drm::ioctl::IOWR::<$ty>(u::DRM_COMMAND_BASE + $nr));
         const _: () = assert!(kernel::ioctl::_IOC_SIZE($cmd) == core::mem::size_of::<$ty>());
+        /// The C entry point `drm_ioctl()` calls for this ioctl.
+        ///
+        /// # Safety
+        ///
+        /// Only `drm_ioctl()` calls this, for a device and an open file of this driver, with a
+        /// kernel copy of the argument of `_IOC_SIZE(cmd)` bytes.
         unsafe extern "C" fn tramp(
             raw_dev: *mut bindings::drm_device,
             raw_data: *mut c_void,
@@ -125,8 +130,7 @@ macro_rules! aigpu_ioctl {
         ) -> c_int {
             // SAFETY: `drm_ioctl()` calls this for a device registered by this driver, whose
             // reference count it holds for the call.
-            let dev: &drm::Device<AigpuDriver, drm::Ioctl> =
-                unsafe { drm::Device::from_raw(raw_dev) };
+            let dev = unsafe { drm::Device::<AigpuDriver, drm::Ioctl>::from_raw(raw_dev) };
             // SAFETY: `drm_ioctl()` passes a kernel buffer of at least `_IOC_SIZE(cmd)` bytes
             // (asserted equal to `size_of::<$ty>()` above), exclusively ours for the call; every
             // bit pattern is valid for these plain `#[repr(C)]` integer structs.

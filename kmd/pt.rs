@@ -128,7 +128,7 @@ impl PtPage {
             self.live += 1;
             return Ok(());
         }
-        if self.children.get(idx).map_or(true, |c| c.is_none()) {
+        if self.children.get(idx).is_none_or(|c| c.is_none()) {
             let child = KBox::new(PtPage::new(dev, self.level - 1, &self.stats, &self.bus)?, GFP_KERNEL_ACCOUNT)?;
             *tables += 1;
             let entry = pte::table(child.dma_address());
@@ -171,7 +171,7 @@ impl PtPage {
         n: &mut usize,
         tables: &mut usize,
     ) -> bool {
-        let shift = pte::PAGE_SHIFT as u64 + 9 * self.level as u64;
+        let shift = u64::from(pte::PAGE_SHIFT) + 9 * self.level as u64;
         let first = if *from > base {
             ((*from - base) >> shift) as usize
         } else {

@@ -103,6 +103,7 @@ impl Comm {
         let raw = unsafe { (*bindings::get_current()).comm };
         let mut c = Comm::default();
         for &ch in raw.iter() {
+            #[allow(clippy::unnecessary_cast)] // `c_char` is `i8` on other architectures
             let b = ch as u8;
             if b == 0 || c.len >= c.bytes.len() {
                 break;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installs everything the build and the tests need on a fresh Debian 12 machine; skips what is
 # already there, so a second run costs a few seconds.
-#   host: apt packages (clang-19, Debian's rustc-web + rust-src for the kernel, QEMU, busybox,
+#   host: apt packages (clang-19, Debian's rustc-web + rust-src + clippy for the kernel, QEMU, busybox,
 #         dkms for scripts/test-dkms.sh)
 #   kernel source: linux-source-7.3 from trixie-backports, unpacked into $AIGPU_CACHE and patched
 #                  with the series kmd/kconfig/[0-9]*.patch
@@ -13,7 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 # libdrm-dev, libdrm-tests, pciutils: the guest's PCI checks (scripts/build-initramfs.sh stages
 # pci_test against libdrm.a, Debian's drmdevice and lspci).
 APT_PKGS=(build-essential bc flex bison cpio libelf-dev libssl-dev dwarves python3 kmod
-          rustc-web rust-web-src cargo-web clang-19 lld-19 llvm-19 libclang-19-dev
+          rustc-web rust-web-src cargo-web rust-web-clippy clang-19 lld-19 llvm-19 libclang-19-dev
           busybox-static g++ libspdlog-dev prometheus dkms
           cmake pkg-config python3-numpy python3-pytest python3-venv
           libdrm-dev libdrm-tests pciutils)

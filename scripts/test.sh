@@ -4,7 +4,8 @@
 #   2. formatting and lints (cargo fmt --check, clippy -D warnings)
 #   3. the workspace tests: uapi layouts (Rust and C), the device model, libumd on the simulator
 #      (Rust tests, the C ABI test program, header and symbol checks); run-guest.sh's verdict on
-#      prepared serial logs (tests/scripts/run_guest_verdict.sh); the install test: DESTDIR
+#      prepared serial logs (tests/scripts/run_guest_verdict.sh), build-module.sh's warning
+#      verdict (tests/scripts/build_module_verdict.sh); the install test: DESTDIR
 #      install, pkg-config/CMake/Python consumers, uninstall (tests/install/test_install.sh)
 #   4. the kernel module: debug kernel (cached), aigpu.ko, its DKMS packaging (dkms build and
 #      install in a scratch root: scripts/test-dkms.sh), initramfs, QEMU guest running the
@@ -37,6 +38,8 @@ step "workspace: $passed tests passed"
 
 step "scripts: run-guest.sh's verdict on prepared serial logs (QEMU stubbed)"
 bash tests/scripts/run_guest_verdict.sh
+step "scripts: build-module.sh fails on a clippy or compiler warning (make stubbed)"
+bash tests/scripts/build_module_verdict.sh
 
 step "install: DESTDIR install, pkg-config and CMake consumers, Python package, uninstall"
 bash tests/install/test_install.sh

@@ -121,8 +121,7 @@ impl Gpu {
             if head == regs::LOST_READ_VALUE && self.hw.read32(regs::ID) != regs::ID_VALUE {
                 return any;
             }
-            loop {
-                let Some(q) = st.queues.get_mut(qi) else { break };
+            while let Some(q) = st.queues.get_mut(qi) {
                 if !q.jobs.front().is_some_and(|j| rules::ring::at_or_after(head, j.end)) {
                     break;
                 }

@@ -413,7 +413,7 @@ pub fn decode(words: &[u32], hang_enabled: bool) -> Result<Packet, Malformed> {
                     return Err(operand(
                         "ELTWISE scale and shift must be 0 unless requant",
                         "scale",
-                        scale as u32 as u64,
+                        u64::from(scale as u32),
                     ));
                 }
                 if op != ELT_REQUANT && shift != 0 {
@@ -526,9 +526,10 @@ impl Packet {
                 ldc,
                 accumulate,
             } => {
-                let a_len = (m as u64 - 1) * lda as u64 + k as u64;
-                let b_len = (k as u64 - 1) * ldb as u64 + n as u64;
-                let c_len = ((m as u64 - 1) * ldc as u64 + n as u64) * 4;
+                let (m, n, k) = (u64::from(m), u64::from(n), u64::from(k));
+                let a_len = (m - 1) * u64::from(lda) + k;
+                let b_len = (k - 1) * u64::from(ldb) + n;
+                let c_len = ((m - 1) * u64::from(ldc) + n) * 4;
                 let c_acc = Access {
                     va: c,
                     len: c_len,
@@ -547,7 +548,7 @@ impl Packet {
                 dst,
                 ..
             } => {
-                let n = count as u64;
+                let n = u64::from(count);
                 let dst_len = if op == ELT_REQUANT { n } else { n * 4 };
                 let b_acc = if op == ELT_ADD || op == ELT_MUL {
                     r(b, n * 4)
@@ -694,7 +695,7 @@ pub fn encode_hang() -> [u32; 1] {
 
 /// Reference result of REQUANT for one element (shared by the device and CPU references).
 pub fn requant(a: i32, scale: i32, shift: u32) -> i8 {
-    let prod = a as i64 * scale as i64;
+    let prod = i64::from(a) * i64::from(scale);
     let rounded = if shift == 0 {
         prod
     } else {
