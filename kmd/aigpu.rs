@@ -18,10 +18,11 @@
 //!   decision by the driver's rules (`rules/src/rules`, `mod rules` below), which
 //!   the simulator backend runs too;
 //! - `hw.rs`     — the "silicon": the device model behind its register interface, its thread
-//!   and its interrupt line (the PCI function's MSI, or a hard `irq_work`: a
+//!   (`hw/thread.rs`) and its interrupt line (the PCI function's MSI, or a hard `irq_work`: a
 //!   self-interrupt);
 //! - `bus.rs`    — the memory the device may touch: bus address -> page, for the driver's pages;
-//! - `dump.rs`   — crash dumps; `debugfs.rs` — the debugfs files; `text.rs` — text and log lines;
+//! - `dump.rs`   — crash dumps (`dump/sections.rs`: their sections as text); `debugfs.rs` — the
+//!   debugfs files; `text.rs` — text and log lines;
 //! - `fdinfo.rs`, `coredump.rs`, `wedged.rs` — the kernel's standard interfaces: fdinfo usage
 //!   stats, device coredumps, the DRM wedged event on device loss;
 //! - `gem.rs`    — shmem GEM objects, memory accounting, handle lookup that rejects foreign

@@ -27,7 +27,9 @@
 //! `IRQ_WORK_HARD_IRQ` (a self-interrupt on the CPU that raised it, whose callback runs in
 //! hard-IRQ context).
 
-use core::{ffi::c_void, ptr};
+mod thread;
+
+use core::ffi::c_void;
 
 use kernel::{
     bindings, container_of, new_condvar, new_mutex, new_spinlock,
@@ -41,7 +43,7 @@ use kernel::{
 
 use crate::{
     bus::{Bus, BusMem},
-    model::{Clock, Device, Step},
+    model::{Clock, Device},
     pci::MsiLine,
     uapi::regs,
 };
@@ -526,161 +528,4 @@ impl Hw {
         self.refresh(&mut d);
         self.latch(&mut d);
     }
-
-    // ---- the device thread ----
-
-    /// Wakes the device thread.
-    pub(crate) fn kick(&self) {
-        *self.kick.lock() = true;
-        self.kick_cv.notify_one();
-    }
-
-    /// One round of the device thread: up to `ROUND_STEPS` steps, or `ROUND_NS` of them, under
-    /// one hold of the model lock, then the interrupt latch. Returns what the last step did.
-    fn run_once(&self) -> Step {
-        let mut d = self.model.lock();
-        // The device touches memory only here, under this (see `bus::BusMem`).
-        let _round = self.bus.device_round();
-        d.mem().begin_round();
-        self.apply_doorbells(&mut d);
-        let start = mono_ns();
-        // The clock is read every 8 steps, and after every step of a long packet (hw-spec §6):
-        // small steps are cheaper than a clock read under emulation, a long one is not. Long
-        // steps get a round of `LONG_ROUND_NS` (ending each round after one of them made a
-        // GEMM-heavy job pay for a round's lock, mirrors and latch per step), still short enough
-        // for the watchdog to see the job and for other queues' doorbells to be taken.
-        let round = d.run_round(ROUND_STEPS, |n, long| {
-            let elapsed = || mono_ns().saturating_sub(start);
-            (n % 8 == 0 && elapsed() > ROUND_NS) || (long && elapsed() > LONG_ROUND_NS)
-        });
-        self.refresh(&mut d);
-        self.latch(&mut d);
-        if round.steps > 0 {
-            self.steps.fetch_add(round.steps, Relaxed);
-            self.busy_ns.fetch_add(mono_ns().saturating_sub(start), Relaxed);
-        }
-        // A round that ended on the interrupt line with nothing left to run is the device going
-        // idle: saying so now saves a whole round (lock, doorbells, an idle step, mirrors, latch)
-        // per job when jobs come one at a time. A doorbell latched meanwhile has set `kick`, so
-        // the thread does not sleep on it.
-        if round.last == Step::Progress && !d.busy() {
-            return Step::Idle;
-        }
-        round.last
-    }
-
-    /// Starts the device thread (named `aigpu<index>-hw`).
-    ///
-    /// # Safety
-    ///
-    /// `self` must stay valid (pinned, not freed) until [`Hw::stop`] returns.
-    pub(crate) unsafe fn start(&self, index: u32) -> Result {
-        // SAFETY: `device_thread` only uses `data` as `&Hw` until `kthread_should_stop()`, and
-        // `stop` (which the caller must call before freeing `self`) waits for it to return. The
-        // format string takes one `%u`, a C unsigned int.
-        let task = unsafe {
-            bindings::kthread_create_on_node(
-                Some(device_thread),
-                ptr::from_ref(self).cast_mut().cast(),
-                bindings::NUMA_NO_NODE,
-                c"aigpu%u-hw".as_char_ptr(),
-                index,
-            )
-        };
-        if task.is_null() {
-            return Err(ENOMEM);
-        }
-        let err = task as isize;
-        if (-4095..0).contains(&err) {
-            return Err(Error::from_errno(err as i32));
-        }
-        // The device thread stands in for silicon, which never waits for a CPU: a real-time
-        // priority (the lowest FIFO one, as `sched_set_fifo_low` documents for such helpers)
-        // makes a doorbell start the work at once instead of at the waker's next tick (the guest
-        // kernels preempt lazily). It sleeps whenever the device is idle or stalled.
-        // SAFETY: `task` is the new, not yet running kthread.
-        unsafe { bindings::sched_set_fifo_low(task) };
-        // SAFETY: `task` is the new, not yet running kthread.
-        unsafe { bindings::wake_up_process(task) };
-        self.thread.store(task as usize, Relaxed);
-        Ok(())
-    }
-
-    /// Stops the device thread and waits for it to exit.
-    pub(crate) fn stop(&self) {
-        let task = self.thread.xchg(0, Relaxed) as *mut bindings::task_struct;
-        if !task.is_null() {
-            // SAFETY: `task` is our kthread, which never exits on its own (it only returns when
-            // `kthread_should_stop()`), so its task_struct is still valid here.
-            unsafe { bindings::kthread_stop(task) };
-        }
-    }
-}
-
-/// Most steps per round of the device thread: each round costs a model-lock cycle, the doorbell
-/// and register mirror updates and the interrupt latch, so small steps (a one-packet command
-/// buffer is one) are run in batches.
-const ROUND_STEPS: u64 = 64;
-/// A round ends after this much work (checked every 8 steps), so a driver register access that
-/// needs the model lock waits at most about this long plus one step.
-const ROUND_NS: u64 = 100_000;
-/// A round of long-packet steps ends once it has run this long (hw-spec §6, "Long packets").
-const LONG_ROUND_NS: u64 = 2_000_000;
-
-/// Uninterrupted device work after which the device thread gives up real-time priority (see
-/// `device_thread`).
-const LONG_RUN_NS: u64 = 2_000_000;
-
-/// The device thread: steps the model while it has work; sleeps (woken by doorbells) when idle.
-///
-/// # Safety
-///
-/// Only `kthread_create` in `start` calls this, with `data` pointing at the `Hw` that `stop`
-/// keeps alive until the thread has returned.
-unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
-    // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
-    // happen before this function returns.
-    let hw = unsafe { &*data.cast::<Hw>() };
-    // SAFETY: `get_current` returns this kthread, valid while it runs.
-    let me = unsafe { bindings::get_current() };
-    // Start of the current run of uninterrupted work, and whether the thread left real-time
-    // priority for it: a doorbell gets a real-time start, but work that goes on for longer than
-    // LONG_RUN_NS (back-to-back big GEMMs) shares the CPU as a normal task until the device is
-    // idle again, so the stand-in for silicon cannot starve the machine it runs on.
-    let mut busy_since: Option<u64> = None;
-    let mut demoted = false;
-    // SAFETY: plain query of the current kthread's stop flag.
-    while !unsafe { bindings::kthread_should_stop() } {
-        let step = hw.run_once();
-        let sleep = match step {
-            Step::Progress => {
-                let now = mono_ns();
-                let since = *busy_since.get_or_insert(now);
-                if !demoted && now.saturating_sub(since) > LONG_RUN_NS {
-                    // SAFETY: `me` is this running kthread.
-                    unsafe { bindings::sched_set_normal(me, 0) };
-                    demoted = true;
-                }
-                continue;
-            }
-            // Every queue with work waits on memory (another queue's fence is re-checked at the
-            // next round; CPU writes are polled): look again after a tick unless kicked.
-            Step::Stalled => 1,
-            // Idle: until a doorbell (a long timeout only as a safety net).
-            Step::Idle => kernel::time::msecs_to_jiffies(1000),
-        };
-        busy_since = None;
-        if demoted {
-            // SAFETY: `me` is this running kthread.
-            unsafe { bindings::sched_set_fifo_low(me) };
-            demoted = false;
-        }
-        let mut kicked = hw.kick.lock();
-        if !*kicked {
-            // Woken by a doorbell, by `kthread_stop`, or by the timeout.
-            let _ = hw.kick_cv.wait_interruptible_timeout(&mut kicked, sleep);
-        }
-        *kicked = false;
-    }
-    0
 }
