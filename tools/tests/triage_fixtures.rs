@@ -496,6 +496,46 @@ fn lost_device_reinitialised_since() {
     );
 }
 
+/// A lost device while another device hung later: the loss is told after the lost device's
+/// own fault, not after the other device's more recent hang (which is a finding of its own).
+#[test]
+fn lost_device_cause_is_on_that_device() {
+    let m = machine("lost");
+    let d1 = m.join("root/sys/kernel/debug/dri/1");
+    std::fs::create_dir_all(d1.join("crashdumps")).expect("mkdir dri/1");
+    std::fs::write(
+        d1.join("status"),
+        "device=aigpu1 state=ok uapi=1.0 driver=0.1.0 hw=1.0 mem_total=268435456 mem_used=65536 clients=0 contexts=0 jobs=1 faults=0 hangs=1 resets=1 job_timeout_ms=2000 hang_debug=1\n",
+    )
+    .expect("status");
+    std::fs::write(d1.join("name"), "aigpu dev=aigpu1 unique=aigpu1\n").expect("name");
+    for f in ["queues", "clients", "contexts", "vm"] {
+        std::fs::write(d1.join(f), "").expect(f);
+    }
+    std::fs::write(
+        d1.join("crashdumps/list"),
+        "crash-1 time=2026-11-29T02:14:00.000001Z kind=hang ctx=3\n",
+    )
+    .expect("list");
+    std::fs::write(
+        d1.join("crashdumps/crash-1"),
+        "aigpu crash dump 1\nkernel=7.3.4 driver=0.1.0 uapi=1.0 device=aigpu1\ntime_wall=2026-11-29T02:14:00.000001Z time_mono_ns=7988000000000\nkind=hang\nprocess pid=5120 comm=train client=2\ncontext ctx=3 queue=1 prio=normal submitted=1 completed=0\nhang job=9 offset=0 timeout_ms=2000\njob id=9 seqno=1 cmdbuf=0 va=0x40000000 size=4\npackets:\n  +0000 HANG   <- executing\nregisters:\n  STATUS=0x00000001\nend\n",
+    )
+    .expect("crash-1");
+    let (screen, _, _) = triage(&m, &fixtures().join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "application"),
+        "  application: device lost at 02:13:07 after a page fault at 0x7f0010000 in context 12 (pid 4411, python)",
+        "{screen}"
+    );
+    let dir = report_dir(&m.join("out"));
+    let summary = read(&dir.join("summary.txt"));
+    assert!(
+        summary.contains("a job timeout (GPU hang) in context 3 (pid 5120, train)"),
+        "{summary}"
+    );
+}
+
 /// The module was reloaded after an earlier instance of aigpu0 faulted, hit a memory error and
 /// was lost (and after a load attempt with the wrong version magic): those lines stay in dmesg
 /// and in the report, but they describe a device that no longer exists, so the verdict is about

@@ -147,7 +147,21 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
         Vec::new()
     };
     if !lost_dev.is_empty() || !lost_before.is_empty() {
-        let last = kernel_side.iter().max_by_key(|i| i.time);
+        // What led to the loss: the most recent fault or hang on a lost device. Another
+        // device's incident, however recent, is not the cause (a device named only `aigpu`, a
+        // kernel line without its device, may be any of them).
+        let lost_names: Vec<&str> = lost_dev
+            .iter()
+            .map(|d| d.name.as_str())
+            .chain(lost_before.iter().map(|l| l.device.as_str()))
+            .collect();
+        let on_lost = |i: &&Incident| {
+            i.device == "aigpu"
+                || lost_names
+                    .iter()
+                    .any(|n| *n == "aigpu" || *n == i.device.as_str())
+        };
+        let last = kernel_side.iter().filter(on_lost).max_by_key(|i| i.time);
         // libumd's own record of the loss (a process on the kernel backend), when it came after
         // that fault.
         let lost_log: Option<&Rec> = procs
