@@ -334,12 +334,22 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             }),
         }
     }
+    // A client's file is the device's when it is the device's render node, or another node
+    // (the primary `card<N>`) that sysfs files under the same device.
+    let device_of = |node: &str| {
+        node.strip_prefix("/dev/dri/")
+            .and_then(|n| name_of_node(&ks.drm, n))
+    };
     for v in &mut devs {
         if v.debugfs.is_none() {
+            let dev = v.node.as_deref().and_then(device_of);
             v.fdinfo = ks
                 .fdinfo
                 .iter()
-                .filter(|c| v.node.as_deref() == Some(c.holder.target.as_str()))
+                .filter(|c| {
+                    v.node.as_deref() == Some(c.holder.target.as_str())
+                        || (dev.is_some() && device_of(&c.holder.target) == dev)
+                })
                 .cloned()
                 .collect();
             v.debugfs_why = Some(why.clone().unwrap_or_else(|| {

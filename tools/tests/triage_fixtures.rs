@@ -315,6 +315,67 @@ fn smi_lost_device() {
     golden("smi-lost.txt", &stdout(&o));
 }
 
+/// Without debugfs (a user it is closed to), `umd-smi` shows the clients whose fdinfo this user
+/// can read: every open aigpu file of the device, on its render node or its primary node
+/// (docs/kmd.md, "fdinfo": both have the keys).
+#[test]
+fn smi_clients_from_fdinfo() {
+    let m = machine("healthy");
+    let root = m.join("root");
+    std::fs::remove_dir_all(root.join("sys/kernel/debug/dri")).expect("rm debugfs dri");
+    let fdinfo = |client: u32, objects: u32, kib: u32, jobs: u32| {
+        format!(
+            "pos:\t0\nflags:\t02100002\nmnt_id:\t20\nino:\t605\ndrm-driver:\taigpu\ndrm-client-id:\t{client}\n\
+drm-engine-compute:\t2500000 ns\ndrm-total-memory:\t{kib} KiB\ndrm-shared-memory:\t0\n\
+drm-resident-memory:\t{kib} KiB\ndrm-active-memory:\t0\naigpu-client:\t{client}\naigpu-contexts:\t1\n\
+aigpu-jobs-submitted:\t{jobs}\naigpu-jobs-inflight:\t0\naigpu-jobs-completed:\t{jobs}\naigpu-faults:\t0\n\
+aigpu-hangs:\t0\naigpu-resets:\t0\naigpu-objects:\t{objects}\naigpu-mappings:\t{objects}\naigpu-lost:\t0\n"
+        )
+    };
+    let p = root.join("proc/4411");
+    std::fs::create_dir_all(p.join("fdinfo")).expect("fdinfo dir");
+    std::fs::write(p.join("fdinfo/5"), fdinfo(5, 3, 1152, 16)).expect("fdinfo 5");
+    std::os::unix::fs::symlink("/dev/dri/card0", p.join("fd/6")).expect("fd 6");
+    std::fs::write(p.join("fdinfo/6"), fdinfo(6, 1, 64, 2)).expect("fdinfo 6");
+    let o = run(
+        SMI,
+        &["--root", root.to_str().expect("utf-8"), "--now", NOW],
+    );
+    let text = stdout(&o);
+    let clients: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("  clients (this user's, from /proc/<pid>/fdinfo):"))
+        .collect();
+    assert_eq!(
+        clients,
+        vec![
+            "  clients (this user's, from /proc/<pid>/fdinfo):",
+            "    pid   comm    fd  busy    memory    contexts  jobs  faults  lost",
+            "    4411  python  5   2.5 ms  1.1 MiB   1         16    0       0",
+            "    4411  python  6   2.5 ms  64.0 KiB  1         2     0       0",
+        ],
+        "{text}"
+    );
+    let o = run(
+        SMI,
+        &[
+            "--root",
+            root.to_str().expect("utf-8"),
+            "--now",
+            NOW,
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let fc = &v["devices"][0]["fdinfo_clients"];
+    assert_eq!(fc.as_array().map(Vec::len), Some(2), "{v:#}");
+    assert_eq!(fc[1]["fd"], "6");
+    assert_eq!(fc[1]["client_id"], 6);
+    assert_eq!(fc[1]["aigpu"]["jobs-completed"], 2);
+    assert_eq!(fc[1]["memory"][0]["stat"], "total");
+    assert_eq!(fc[1]["memory"][0]["bytes"], 65536);
+}
+
 #[test]
 fn usage_errors_are_clear() {
     // clap's wording (tools/src/cli.rs), status 2.
