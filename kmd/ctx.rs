@@ -14,7 +14,7 @@ use kernel::{
 
 use crate::{
     driver::{DrmFile, RegDevice},
-    ioctl::{check_flags, check_pad, fail, Fail, IoctlResult},
+    ioctl::{check_flags, check_pad, refuse, Fail, IoctlResult},
     rules::{names::Priority, submit, Refusal},
     uapi::{
         ioctl::{self as u, Cmdbuf, Fence},
@@ -70,16 +70,16 @@ const _: () = assert!(core::mem::size_of::<Cmdbuf>() == ELEM && core::mem::size_
 /// `parse`.
 fn read_user_array<T>(addr: u64, n: u32, parse: impl Fn(&[u8]) -> T) -> Result<KVec<T>, Fail> {
     let n = n as usize;
-    let oom = |_| fail(ENOMEM, reason::OUT_OF_MEMORY);
+    let oom = |_| refuse(reason::OUT_OF_MEMORY);
     let mut out = KVec::with_capacity(n, GFP_KERNEL).map_err(oom)?;
     if n == 0 {
         return Ok(out);
     }
-    let addr = usize::try_from(addr).map_err(|_| fail(EFAULT, reason::BAD_USER_POINTER))?;
+    let addr = usize::try_from(addr).map_err(|_| refuse(reason::BAD_USER_POINTER))?;
     let mut raw = KVec::with_capacity(n * ELEM, GFP_KERNEL).map_err(oom)?;
     UserSlice::new(UserPtr::from_addr(addr), n * ELEM)
         .read_all(&mut raw, GFP_KERNEL)
-        .map_err(|_| fail(EFAULT, reason::BAD_USER_POINTER))?;
+        .map_err(|_| refuse(reason::BAD_USER_POINTER))?;
     for e in raw.chunks_exact(ELEM) {
         // Cannot fail: `n` elements of capacity were reserved above.
         out.push(parse(e), GFP_KERNEL).map_err(oom)?;
@@ -160,7 +160,7 @@ fn submit_job(req: &u::Submit, file: &DrmFile) -> Result<u64, Fail> {
         let vm = f.vm.lock();
         validate(&vm, &cmdbufs, f.gpu.cfg.hang_debug)?;
         // Validation read the buffers through the tables, so the top-level table exists.
-        vm.root_pa().ok_or(fail(EINVAL, reason::CMDBUF_NOT_MAPPED))?
+        vm.root_pa().ok_or(refuse(reason::CMDBUF_NOT_MAPPED))?
     };
     f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, req.flags)
 }

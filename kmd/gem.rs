@@ -25,7 +25,7 @@ use kernel::{
 
 use crate::{
     driver::{AigpuDevice, AigpuDriver, DrmFile},
-    ioctl::{fail, Fail},
+    ioctl::{fail, refuse, Fail},
     uapi::reason,
 };
 
@@ -59,7 +59,7 @@ impl MemAccount {
         loop {
             let new = match cur.checked_add(bytes) {
                 Some(new) if new <= this.total => new,
-                _ => return Err(fail(ENOMEM, reason::OUT_OF_MEMORY)),
+                _ => return Err(refuse(reason::OUT_OF_MEMORY)),
             };
             match this.used.cmpxchg(cur, new, Relaxed) {
                 Ok(_) => break,
@@ -139,12 +139,12 @@ pub(crate) fn lookup(file: &DrmFile, handle: u32) -> Result<ARef<Gem>, Fail> {
     // SAFETY: `raw_file(file)` is the valid, open `drm_file` of this ioctl.
     let raw = unsafe { bindings::drm_gem_object_lookup(raw_file(file), handle) };
     let Some(raw) = NonNull::new(raw) else {
-        return Err(fail(ENOENT, reason::HANDLE_INVALID));
+        return Err(refuse(reason::HANDLE_INVALID));
     };
     if !file.inner().owns(obj_key(raw.as_ptr())) {
         // SAFETY: drops the reference `drm_gem_object_lookup` took; `raw` is not used after.
         unsafe { bindings::drm_gem_object_put(raw.as_ptr()) };
-        return Err(fail(EINVAL, reason::HANDLE_FOREIGN));
+        return Err(refuse(reason::HANDLE_FOREIGN));
     }
     // SAFETY: the object is in this file's set of our objects, which only our `open` callback
     // adds to (the DRM core calls it only through our objects' vtable) and our `close` callback

@@ -51,6 +51,13 @@ pub(crate) fn fail(err: Error, reason: u32) -> Fail {
     Fail { err, reason, index: 0, offset: 0 }
 }
 
+/// A refusal for `reason` with the errno it is always returned with (`rules::refusal`'s table,
+/// which the simulator uses too): the pairing is written once, not at every site. [`fail`] is for
+/// an errno that comes from the kernel (an allocator's, the DRM core's).
+pub(crate) fn refuse(reason: u32) -> Fail {
+    crate::rules::Refusal::new(reason).into()
+}
+
 /// A refusal of the driver's rules (`crate::rules::Refusal`): its errno travels with its reason,
 /// and the element and packet it names become a submit's `bad_index` / `bad_offset` (`ctx.rs`).
 impl From<crate::rules::Refusal> for Fail {
@@ -97,7 +104,7 @@ has_reason!(
 /// `EINVAL` + `FLAGS_UNKNOWN` unless `flags & !allowed == 0`.
 pub(crate) fn check_flags(flags: u32, allowed: u32) -> IoctlResult {
     if flags & !allowed != 0 {
-        return Err(fail(EINVAL, reason::FLAGS_UNKNOWN));
+        return Err(refuse(reason::FLAGS_UNKNOWN));
     }
     Ok(())
 }
@@ -105,7 +112,7 @@ pub(crate) fn check_flags(flags: u32, allowed: u32) -> IoctlResult {
 /// `EINVAL` + `PAD_NONZERO` unless `pad == 0`.
 pub(crate) fn check_pad(pad: u32) -> IoctlResult {
     if pad != 0 {
-        return Err(fail(EINVAL, reason::PAD_NONZERO));
+        return Err(refuse(reason::PAD_NONZERO));
     }
     Ok(())
 }
@@ -185,15 +192,15 @@ fn gem_create(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFile) -> IoctlR
     check_flags(req.flags, 0)?;
     check_pad(req.pad)?;
     if req.size == 0 {
-        return Err(fail(EINVAL, reason::SIZE_ZERO));
+        return Err(refuse(reason::SIZE_ZERO));
     }
     let mem = &dev.mem;
     if req.size > mem.total() {
-        return Err(fail(E2BIG, reason::SIZE_TOO_LARGE));
+        return Err(refuse(reason::SIZE_TOO_LARGE));
     }
     // Cannot overflow: size <= total <= 16 GiB.
     let size = req.size.next_multiple_of(version::PAGE_SIZE);
-    let size_usize = usize::try_from(size).map_err(|_| fail(E2BIG, reason::SIZE_TOO_LARGE))?;
+    let size_usize = usize::try_from(size).map_err(|_| refuse(reason::SIZE_TOO_LARGE))?;
     let reservation = MemAccount::reserve(mem, size)?;
     let obj = gem::create(dev, size_usize, reservation)?;
     req.handle = gem::create_handle(&obj, file)?;

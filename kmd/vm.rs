@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The GPU address space of one DRM file: its page tables and its mappings.
 //!
-//! Mappings are kept in a tree keyed by start VA; they never overlap. A mapping holds a reference
-//! to its GEM object and keeps the object's pages pinned (`drm_gem_shmem_pin`) until it is
-//! unbound or the file is closed. The page tables (`pt.rs`) are created on the first bind and
-//! written only here.
+//! Mappings are kept in a tree keyed by start VA; they never overlap. The objects mapped are kept
+//! in a second tree: one reference and one pin of the object's pages (`drm_gem_shmem_pin`) per
+//! object, counted by its mappings, taken by the object's first bind in this address space and
+//! given back when its last mapping is unbound or the file is closed. Pinning takes the object's
+//! reservation lock; once per object instead of once per mapping, a file with thousands of
+//! mappings of a few objects binds and closes without thousands of lock round trips (docs/kmd.md,
+//! "Page-table budget"). The page tables (`pt.rs`) are created on the first bind and written only
+//! here.
 
 use kernel::{
     bindings, device,
@@ -20,7 +24,7 @@ use crate::{
     gem::Gem,
     gpu::Gpu,
     hw::Hw,
-    ioctl::{fail, Fail},
+    ioctl::{fail, refuse, Fail},
     model::mmu::Tlb,
     pt::PtPage,
     uapi::{ioctl as uioctl, pte, reason, version},
@@ -33,8 +37,6 @@ const UNMAP_BATCH: usize = 128;
 /// 8 KiB of addresses, allocated for the teardown (`UNMAP_BATCH` on the stack if that fails).
 const TEARDOWN_BATCH: usize = 1024;
 
-/// Most mappings one address space may hold.
-pub(crate) const MAX_MAPPINGS: usize = 1 << 16;
 
 /// Keeps a GEM object's pages pinned; unpins on drop.
 struct PagesPin {
@@ -71,13 +73,27 @@ impl Drop for PagesPin {
     }
 }
 
+/// An object mapped in this address space: its reference and pin, shared by its mappings.
+struct ObjectPin {
+    _pin: PagesPin,
+    /// Mappings of the object here (at most `rules::vm::MAX_MAPPINGS`); the entry goes with the
+    /// last.
+    mappings: u32,
+}
+
+/// The key of an object in [`Vm::objects`]: the address of its `drm_gem_object`, unique while
+/// the entry's reference keeps the object alive.
+fn object_key(obj: &Gem) -> usize {
+    obj.as_raw() as usize
+}
+
 /// One mapping `[va, va + size)` -> `[bo_offset, bo_offset + size)` of an object.
 struct Mapping {
     size: u64,
     bo_offset: u64,
     access: u32,
-    /// The object reference and its pin.
-    _pin: PagesPin,
+    /// The object's entry in [`Vm::objects`] (which holds the reference and the pin).
+    object: usize,
 }
 
 /// A validated bind request.
@@ -94,6 +110,8 @@ pub(crate) struct Vm {
     root: Option<KBox<PtPage>>,
     /// Mappings by start VA.
     mappings: RBTree<u64, Mapping>,
+    /// The objects the mappings map, by [`object_key`].
+    objects: RBTree<usize, ObjectPin>,
     /// Number of entries in `mappings`.
     count: usize,
     /// Page-table pages held, the top-level table included: what the page-table budget
@@ -129,6 +147,7 @@ impl Vm {
         Self {
             root: None,
             mappings: RBTree::new(),
+            objects: RBTree::new(),
             count: 0,
             tables: 0,
             stats,
@@ -249,11 +268,9 @@ impl Vm {
     ) -> Result<(), Fail> {
         let end = args.va + args.size;
         if self.overlaps(args.va, end) {
-            return Err(fail(EINVAL, reason::VA_OVERLAP));
+            return Err(refuse(reason::VA_OVERLAP));
         }
-        if self.count >= MAX_MAPPINGS {
-            return Err(fail(ENOSPC, reason::OBJECT_LIMIT));
-        }
+        crate::rules::vm::mapping_limit(self.count)?;
         // The page-table budget, before anything is allocated (the same rule as the simulator's).
         let top = self.root.as_deref();
         crate::rules::vm::pt_check(args.va, end, self.tables, top.is_some(), |level, va| {
@@ -263,18 +280,34 @@ impl Vm {
 
         // Allocate everything that can fail before touching the tables.
         let sgt = obj.sg_table(dev).map_err(oom)?;
-        let pin = PagesPin::new(obj.clone())?;
+        let key = object_key(&obj);
+        // The object's first mapping here pins it (inserted below on success; dropped, which
+        // unpins, on failure); later ones share that pin.
+        let first_pin = match self.objects.get(&key) {
+            Some(_) => None,
+            None => Some(
+                RBTreeNode::new(
+                    key,
+                    ObjectPin {
+                        _pin: PagesPin::new(obj.clone())?,
+                        mappings: 0,
+                    },
+                    GFP_KERNEL,
+                )
+                .map_err(|_| refuse(reason::OUT_OF_MEMORY))?,
+            ),
+        };
         let node = RBTreeNode::new(
             args.va,
             Mapping {
                 size: args.size,
                 bo_offset: args.bo_offset,
                 access: args.access,
-                _pin: pin,
+                object: key,
             },
             GFP_KERNEL,
         )
-        .map_err(|_| fail(ENOMEM, reason::OUT_OF_MEMORY))?;
+        .map_err(|_| refuse(reason::OUT_OF_MEMORY))?;
         if self.root.is_none() {
             let root = PtPage::new(dev, pte::LEVELS - 1, &self.stats, &self.bus).map_err(oom)?;
             self.root = Some(KBox::new(root, GFP_KERNEL_ACCOUNT).map_err(|_| oom(ENOMEM))?);
@@ -314,8 +347,9 @@ impl Vm {
                     result = Err(EINVAL);
                     break 'segments;
                 }
-                // SAFETY: `pg` is a page of `obj`, pinned by the mapping's `PagesPin` until the
-                // mapping is removed, which unregisters the page first (`unmap_range`).
+                // SAFETY: `pg` is a page of `obj`, pinned by the object's `ObjectPin` (in
+                // `objects`, or `first_pin`) while it has a mapping here; removing a mapping
+                // unregisters its pages first (`unmap_range`).
                 if let Err(e) = unsafe { self.bus.register_page(pa, pg) } {
                     result = Err(e);
                     break 'segments;
@@ -344,6 +378,12 @@ impl Vm {
             let r = if e == ENOMEM { reason::OUT_OF_MEMORY } else { reason::BO_RANGE };
             return Err(fail(e, r));
         }
+        if let Some(pin) = first_pin {
+            self.objects.insert(pin);
+        }
+        if let Some(o) = self.objects.get_mut(&key) {
+            o.mappings += 1;
+        }
         self.mappings.insert(node);
         self.count += 1;
         self.stats.mappings.fetch_add(1, Relaxed);
@@ -354,14 +394,22 @@ impl Vm {
     pub(crate) fn unbind(&mut self, va: u64, size: u64) -> Result<(), Fail> {
         match self.mappings.get(&va) {
             Some(m) if m.size == size => {}
-            _ => return Err(fail(EINVAL, reason::VA_NOT_MAPPED)),
+            _ => return Err(refuse(reason::VA_NOT_MAPPED)),
         }
         if let Some(root) = self.root.as_deref_mut() {
             Self::unmap_range(root, &self.bus, &self.gpu.hw, va, va + size, &mut self.tables);
         }
-        // Dropping the mapping unpins the pages and drops the object reference, after the
+        // The object's last mapping here unpins its pages and drops the reference, after the
         // entries pointing at them are gone.
-        drop(self.mappings.remove(&va));
+        if let Some(m) = self.mappings.remove(&va) {
+            let last = self.objects.get_mut(&m.object).is_some_and(|o| {
+                o.mappings -= 1;
+                o.mappings == 0
+            });
+            if last {
+                drop(self.objects.remove(&m.object));
+            }
+        }
         self.count -= 1;
         self.stats.mappings.fetch_sub(1, Relaxed);
         self.check_empty_tables();
@@ -398,7 +446,7 @@ impl Vm {
 impl Drop for Vm {
     fn drop(&mut self) {
         // File close: take every page off the bus, free the page tables, then drop the mappings
-        // (unpin, unreference). One walk over the whole tree, not one unmap per mapping: clear up
+        // and the objects (unpin, unreference: once per object). One walk over the whole tree, not one unmap per mapping: clear up
         // to a batch of leaves (freeing each table as it empties), make the device forget its
         // translations once, take the batch off the bus in one pass, repeat (the order of
         // `unmap_range`, in batches of `TEARDOWN_BATCH` pages instead of one mapping's).
@@ -423,6 +471,7 @@ impl Drop for Vm {
         self.root = None;
         self.tables = 0;
         self.mappings = RBTree::new();
+        self.objects = RBTree::new();
         self.stats.mappings.fetch_sub(self.count as u64, Relaxed);
         self.count = 0;
     }

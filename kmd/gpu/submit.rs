@@ -11,7 +11,7 @@ use kernel::{
 use super::{clients::LOST, dfl_wq, Ctx, Dep, Gpu, Job, Sched, KCODE_FAULT, KCODE_HANG, KERNEL_SLOT, KVA_CODE, RING_ENTRIES, WD_PERIOD_MS};
 use crate::{
     hw::mono_ns,
-    ioctl::{fail, Fail},
+    ioctl::{refuse, Fail},
     rules::{
         self,
         fence::{self, InFence},
@@ -67,7 +67,7 @@ impl Gpu {
         in_fences: &[Fence],
         flags: u32,
     ) -> Result<u64, Fail> {
-        let oom = |_| fail(ENOMEM, r::OUT_OF_MEMORY);
+        let oom = |_| refuse(r::OUT_OF_MEMORY);
         // Everything that allocates happens before the lock.
         let mut descs = KVec::with_capacity(in_fences.len() + cmdbufs.len() + 1, GFP_KERNEL).map_err(oom)?;
         let mut deps = KVec::with_capacity(in_fences.len(), GFP_KERNEL).map_err(oom)?;
@@ -103,7 +103,7 @@ impl Gpu {
             let need = descs.len() + injected + cmdbufs.len();
             let q = match st.queues.get(queue) {
                 Some(q) => q,
-                None => return Err(fail(EINVAL, r::CTX_INVALID)),
+                None => return Err(refuse(r::CTX_INVALID)),
             };
             let head = q.jobs.front().map_or(q.tail, |j| j.start);
             let ring_ok = rules::ring::fits(head, q.tail, need) && q.jobs.len() < q.jobs.cap();

@@ -31,6 +31,9 @@ pub fn code_for(op: Op, e: &KmdError) -> umdResult {
         // The file's page tables are at their budget: memory the caller can give back (unbind,
         // trim the pool), like device memory, so the same code (the pool trims and retries).
         (_, r::PT_LIMIT) => UMD_ERR_MEM_OUT_OF_MEMORY,
+        // The file's handles or mappings are at their limit: the same (freeing buffers and
+        // trimming the pool give them back).
+        (_, r::OBJECT_LIMIT) => UMD_ERR_MEM_OUT_OF_MEMORY,
         (_, r::SIZE_TOO_LARGE) => UMD_ERR_MEM_TOO_LARGE,
         (_, r::CTX_BANNED | r::CTX_LOST) => UMD_ERR_CTX_LOST,
         (_, r::DEP_FAILED) => UMD_ERR_CTX_DEPENDENCY_FAILED,
@@ -66,6 +69,11 @@ pub fn reason_hint(reason: u32) -> Option<String> {
             rules::vm::MAX_PT_TABLES,
             rules::vm::MAX_PT_TABLES * 4 / 1024
         )),
+        r::OBJECT_LIMIT => Some(format!(
+            "One file may hold at most {} GPU mappings (and as many object handles as the kernel's \
+             handle table takes); free buffers or trim the pool (umdMemTrim) to give some back",
+            rules::vm::MAX_MAPPINGS
+        )),
         _ => None,
     }
 }
@@ -83,6 +91,29 @@ pub fn kmd_error(op: Op, e: KmdError, what: &str) -> UmdError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mapping limit too: UMD_ERR_MEM_OUT_OF_MEMORY (the pool trims and retries), the limit
+    /// named in the detail with the kernel's errno and reason.
+    #[test]
+    fn mapping_limit_maps_to_out_of_memory_and_names_the_limit() {
+        let e = KmdError::from(rules::vm::mapping_limit(rules::vm::MAX_MAPPINGS).unwrap_err());
+        assert_eq!((e.errno, e.reason), (libc::ENOSPC, r::OBJECT_LIMIT));
+        let u = kmd_error(Op::Memory, e, "VM bind of 4096 bytes at 0x40100000");
+        assert_eq!(
+            (u.code, u.os_errno, u.kmd_reason),
+            (
+                umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
+                libc::ENOSPC,
+                r::OBJECT_LIMIT
+            )
+        );
+        assert!(u.message.contains("OBJECT_LIMIT (32)"), "{}", u.message);
+        assert!(
+            u.message.contains("at most 65536 GPU mappings"),
+            "{}",
+            u.message
+        );
+    }
 
     /// The page-table budget is memory the caller can give back: UMD_ERR_MEM_OUT_OF_MEMORY, with
     /// the budget named in the detail.

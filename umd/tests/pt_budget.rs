@@ -3,7 +3,8 @@
 //! exec_test checks the kernel with the same numbers): one 4 KiB object bound at a 1 GiB stride
 //! is refused with `ENOSPC` + `PT_LIMIT` at exactly the predicted bind, a bind that needs no new
 //! table still succeeds, an unbind gives its tables back, and a file with 16384 mappings closes
-//! fast.
+//! fast. The mapping limit (`rules::vm::MAX_MAPPINGS`) likewise: the 65537th mapping is refused
+//! with `ENOSPC` + `OBJECT_LIMIT`, and an unbind makes room for one again.
 
 use libc::ENOSPC;
 use uapi::ioctl::{VM_ACCESS_READ as R, VM_ACCESS_WRITE as W};
@@ -91,4 +92,39 @@ fn pt_budget_close_of_16k_mappings_is_fast() {
     let h2 = b2.gem_create(PAGE).expect("create");
     b2.vm_bind(h2, GIB, 0, PAGE, R | W)
         .expect("bind on a new file");
+}
+
+#[test]
+fn mapping_limit_refuses_the_65537th_mapping_exactly() {
+    assert_eq!(rules::vm::MAX_MAPPINGS, 65536);
+    let b = open();
+    let h = b.gem_create(PAGE).expect("create");
+    // Packed at a 4 KiB stride: 256 MiB of VA, 128 leaf tables, far inside the table budget.
+    let va = |k: u64| GIB + k * PAGE;
+    for k in 0..65536u64 {
+        b.vm_bind(h, va(k), 0, PAGE, R | W)
+            .unwrap_or_else(|e| panic!("bind {k}: {}", e.describe()));
+    }
+    expect_err_at(
+        b.vm_bind(h, va(65536), 0, PAGE, R | W),
+        ENOSPC,
+        r::OBJECT_LIMIT,
+        0,
+    );
+    // Checked after the argument rules and the overlap test: an overlapping bind says so.
+    expect_err_at(
+        b.vm_bind(h, va(7), 0, PAGE, R | W),
+        libc::EINVAL,
+        r::VA_OVERLAP,
+        0,
+    );
+    b.vm_unbind(va(100), PAGE).expect("unbind");
+    b.vm_bind(h, va(65536), 0, PAGE, R | W)
+        .expect("bind after an unbind made room");
+    expect_err_at(
+        b.vm_bind(h, va(65537), 0, PAGE, R | W),
+        ENOSPC,
+        r::OBJECT_LIMIT,
+        0,
+    );
 }

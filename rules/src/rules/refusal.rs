@@ -77,7 +77,9 @@ pub const fn default_errno(reason: u32) -> i32 {
         r::SIZE_TOO_LARGE => E2BIG,
         r::OUT_OF_MEMORY => ENOMEM,
         r::CTX_BANNED | r::CTX_LOST | r::DEP_FAILED => ECANCELED,
-        r::CTX_LIMIT | r::DEVICE_CTX_LIMIT | r::OBJECT_LIMIT => EBUSY,
+        r::CTX_LIMIT | r::DEVICE_CTX_LIMIT => EBUSY,
+        // A file's handle table (the kernel's idr) or its mappings are full: the kernel's ENOSPC.
+        r::OBJECT_LIMIT => ENOSPC,
         r::RING_FULL | r::AS_SLOTS_BUSY => EAGAIN,
         r::DEVICE_LOST => ENODEV,
         r::BAD_USER_POINTER => EFAULT,
@@ -101,6 +103,8 @@ mod tests {
         assert_eq!(Refusal::new(r::DEVICE_LOST).errno, ENODEV);
         assert_eq!(Refusal::new(r::PACKET_MALFORMED).errno, EINVAL);
         assert_eq!(Refusal::new(r::PT_LIMIT).errno, ENOSPC);
+        assert_eq!(Refusal::new(r::OBJECT_LIMIT).errno, ENOSPC);
+        assert_eq!(Refusal::new(r::CTX_LIMIT).errno, EBUSY);
         assert_eq!(
             Refusal::new(r::CMDBUF_BAD).at_packet(3, 8),
             Refusal {

@@ -15,6 +15,22 @@ use crate::uapi::{pte, reason as r, version};
 /// (docs/kmd.md, "Page-table budget").
 pub const MAX_PT_TABLES: usize = 2048;
 
+/// Most mappings one address space may hold: 65536. Each costs the driver a tree node and a bus
+/// registry entry per page (kernel memory no GEM budget sees either); the bound is far beyond
+/// what the buffer pool's segments need (docs/libumd.md) and keeps one file's bookkeeping a few
+/// MiB.
+pub const MAX_MAPPINGS: usize = 1 << 16;
+
+/// The mapping limit: an address space holding `held` mappings may add one, or the bind is
+/// refused with `ENOSPC` + `OBJECT_LIMIT` (checked after the overlap test, before the page-table
+/// budget and before anything is pinned or allocated).
+pub const fn mapping_limit(held: usize) -> Result<(), Refusal> {
+    if held >= MAX_MAPPINGS {
+        return Err(Refusal::new(r::OBJECT_LIMIT));
+    }
+    Ok(())
+}
+
 /// Bytes of VA one table of `level` (0 = leaf table) covers.
 const fn table_span(level: usize) -> u64 {
     version::PAGE_SIZE << (9 * (level as u64 + 1))
@@ -145,6 +161,19 @@ pub const fn unbind(va: u64, size: u64) -> Result<u64, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mapping_limit_admits_65536_and_refuses_the_next_with_enospc() {
+        assert_eq!(MAX_MAPPINGS, 65536);
+        assert_eq!(mapping_limit(0), Ok(()));
+        assert_eq!(mapping_limit(MAX_MAPPINGS - 1), Ok(()));
+        let e = mapping_limit(MAX_MAPPINGS).unwrap_err();
+        assert_eq!(
+            (e.errno, e.reason),
+            (crate::rules::refusal::errno::ENOSPC, r::OBJECT_LIMIT)
+        );
+        assert!(mapping_limit(usize::MAX).is_err());
+    }
 
     const VA: u64 = version::VA_START;
     const P: u64 = version::PAGE_SIZE;

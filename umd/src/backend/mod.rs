@@ -31,6 +31,11 @@ impl KmdError {
             bad_offset: 0,
         }
     }
+    /// A refusal for `reason` with the errno the driver's rules pair it with
+    /// (`rules::refusal::default_errno`, aigpu.ko's table too): no errno spelled per site.
+    pub fn refused(reason: u32) -> Self {
+        rules::Refusal::new(reason).into()
+    }
     /// "errno EINVAL (22), reason VA_OVERLAP (10): VA range overlaps an existing mapping".
     pub fn describe(&self) -> String {
         format!(

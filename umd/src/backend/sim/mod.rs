@@ -120,7 +120,7 @@ impl SimFile {
 
     fn check_alive(&self) -> KmdResult<()> {
         if self.gpu.state().lost {
-            return Err(KmdError::new(libc::ENODEV, r::DEVICE_LOST));
+            return Err(KmdError::refused(r::DEVICE_LOST));
         }
         Ok(())
     }
@@ -129,7 +129,7 @@ impl SimFile {
         lock(&self.objects)
             .get(&handle)
             .cloned()
-            .ok_or(KmdError::new(libc::ENOENT, r::HANDLE_INVALID))
+            .ok_or(KmdError::refused(r::HANDLE_INVALID))
     }
 
     /// Checks every command buffer (`rules::submit`): shape, mapped for reading, every packet
@@ -256,16 +256,16 @@ impl Backend for SimFile {
     fn gem_create(&self, size: u64) -> KmdResult<u32> {
         self.check_alive()?;
         if size == 0 {
-            return Err(KmdError::new(libc::EINVAL, r::SIZE_ZERO));
+            return Err(KmdError::refused(r::SIZE_ZERO));
         }
         let rounded = size
             .checked_next_multiple_of(uapi::PAGE_SIZE)
-            .ok_or(KmdError::new(libc::E2BIG, r::SIZE_TOO_LARGE))?;
+            .ok_or(KmdError::refused(r::SIZE_TOO_LARGE))?;
         if rounded > self.gpu.mem.size() {
-            return Err(KmdError::new(libc::E2BIG, r::SIZE_TOO_LARGE));
+            return Err(KmdError::refused(r::SIZE_TOO_LARGE));
         }
         let bo = SimBo::new(&self.gpu.mem, rounded, &self.mem_bytes)
-            .ok_or(KmdError::new(libc::ENOMEM, r::OUT_OF_MEMORY))?;
+            .ok_or(KmdError::refused(r::OUT_OF_MEMORY))?;
         let mut next = lock(&self.next_handle);
         let handle = *next;
         *next = next.wrapping_add(1).max(1);
@@ -277,6 +277,8 @@ impl Backend for SimFile {
     fn gem_close(&self, handle: u32) -> KmdResult<()> {
         let bo = lock(&self.objects)
             .remove(&handle)
+            // The DRM core's GEM_CLOSE answers EINVAL for an unknown handle (not the ENOENT of
+            // aigpu's own ioctls), and a generic DRM ioctl has no reason field.
             .ok_or(KmdError::new(libc::EINVAL, r::HANDLE_INVALID))?;
         drop(bo);
         self.gpu.account_handle(self.id, false);
@@ -287,13 +289,13 @@ impl Backend for SimFile {
         self.check_alive()?;
         let bo = self.bo(handle)?;
         if size > bo.size {
-            return Err(KmdError::new(libc::EINVAL, r::BO_RANGE));
+            return Err(KmdError::refused(r::BO_RANGE));
         }
         let ptr = self
             .gpu
             .mem
             .host_ptr(bo.pa, bo.size)
-            .ok_or(KmdError::new(libc::EFAULT, r::BAD_USER_POINTER))?;
+            .ok_or(KmdError::refused(r::BAD_USER_POINTER))?;
         Ok(HostMap { ptr, len: size })
     }
 
@@ -370,7 +372,7 @@ impl Backend for SimFile {
             1 => Injection::MemError,
             2 => Injection::ResetFailure,
             3 => Injection::FallOffBus,
-            _ => return Err(KmdError::new(libc::EINVAL, r::FLAGS_UNKNOWN)),
+            _ => return Err(KmdError::refused(r::FLAGS_UNKNOWN)),
         };
         self.gpu.inject(inj);
         Ok(())

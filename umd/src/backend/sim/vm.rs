@@ -39,9 +39,7 @@ pub struct Vm {
 impl Vm {
     /// A new, empty address space (one zeroed top-level table).
     pub fn new(mem: Arc<PhysRegion>) -> KmdResult<Vm> {
-        let root = mem
-            .alloc(PAGE)
-            .ok_or(KmdError::new(libc::ENOMEM, r::OUT_OF_MEMORY))?;
+        let root = mem.alloc(PAGE).ok_or(KmdError::refused(r::OUT_OF_MEMORY))?;
         Ok(Vm {
             mem,
             root,
@@ -62,8 +60,9 @@ impl Vm {
         // The argument rules are the driver's (`rules::vm`), aigpu.ko's too.
         let end = rules::vm::bind(va, bo_offset, size, access, bo.size)?;
         if self.overlaps(va, end) {
-            return Err(KmdError::new(libc::EINVAL, r::VA_OVERLAP));
+            return Err(KmdError::refused(r::VA_OVERLAP));
         }
+        rules::vm::mapping_limit(self.mappings.len())?;
         // The page-table budget, before any table is allocated (`rules::vm::pt_check`, as
         // aigpu.ko's `kmd/vm.rs`). The top-level table always exists here and counts as held,
         // as the kernel's does once its first bind made it.
@@ -106,12 +105,12 @@ impl Vm {
         rules::vm::unbind(va, size)?;
         match self.mappings.get(&va) {
             Some(m) if m.size == size => {}
-            _ => return Err(KmdError::new(libc::EINVAL, r::VA_NOT_MAPPED)),
+            _ => return Err(KmdError::refused(r::VA_NOT_MAPPED)),
         }
         let m = self
             .mappings
             .remove(&va)
-            .ok_or(KmdError::new(libc::EINVAL, r::VA_NOT_MAPPED))?;
+            .ok_or(KmdError::refused(r::VA_NOT_MAPPED))?;
         for i in 0..size / PAGE {
             let _ = self.set_leaf(va + i * PAGE, 0);
         }
@@ -184,7 +183,7 @@ impl Vm {
                 let t = self
                     .mem
                     .alloc(PAGE)
-                    .ok_or(KmdError::new(libc::ENOMEM, r::OUT_OF_MEMORY))?;
+                    .ok_or(KmdError::refused(r::OUT_OF_MEMORY))?;
                 self.table_pages += 1;
                 self.mem.write_u64(slot, pte::table(t));
                 t
