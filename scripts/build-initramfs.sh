@@ -43,6 +43,8 @@ gcc "${cflags[@]}" -o "$OUT/std_interfaces_test" "$AIGPU_ROOT/tests/guest/std_in
 # The process-level faults and the UAPI fuzzer (docs/kmd.md, "Fuzzing").
 gcc "${cflags[@]}" -o "$OUT/procfault_test" "$AIGPU_ROOT/tests/guest/procfault_test.c" -lpthread
 gcc "${cflags[@]}" -o "$OUT/aigpu_fuzz" "$AIGPU_ROOT/tests/fuzz/aigpu_fuzz.c"
+# A client of known usage for the triage tools' checks (tools_test.sh).
+gcc "${cflags[@]}" -o "$OUT/tools_client" "$AIGPU_ROOT/tests/guest/tools_client.c"
 
 R=$(mktemp -d)
 trap 'rm -rf "$R"' EXIT
@@ -87,7 +89,7 @@ PY
 cp "$OUT/kmd_test" "$R/bin/kmd_test"
 cp "$OUT/exec_test" "$R/bin/exec_test"
 cp "$OUT/std_interfaces_test" "$R/bin/std_interfaces_test"
-cp "$OUT/procfault_test" "$OUT/aigpu_fuzz" "$R/bin/"
+cp "$OUT/procfault_test" "$OUT/aigpu_fuzz" "$OUT/tools_client" "$R/bin/"
 # The PCI attachment's clients (init.sh skips their checks, saying so, when they are absent).
 if pkg-config --exists libdrm && [ -f "$(pkg-config --variable=libdir libdrm)/libdrm.a" ]; then
   # shellcheck disable=SC2046
