@@ -3,6 +3,9 @@
 # initramfs by build-initramfs.sh):
 #   bin/backend_conformance   the UAPI conformance tests (umd/tests/backend_conformance.rs), run
 #                             in the guest with UMD_BACKEND=kmd against the real module
+#   bin/driver_rules          the driver's rules through the UAPI (umd/tests/driver_rules.rs)
+#   bin/pt_budget             a file's VM limits (umd/tests/pt_budget.rs): page-table budget,
+#                             mapping limit, the close of 16384 mappings
 #   bin/pool_*                the memory-pool tests (umd/tests/pool_*.rs; they honour
 #                             UMD_BACKEND=kmd too)
 #   bin/abi_test              the C ABI test program (tests/c/abi_test.c)
@@ -27,7 +30,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/lib"
 cargo build --release -q -p umd -p umd-submit-bench -p aigpu-tools
 cp target/release/umd-submit-bench target/release/umd-smi target/release/umd-log "$OUT/bin/"
 ln -sf libumd.so target/release/libumd.so.1
-tests=(backend_conformance driver_rules)
+tests=(backend_conformance driver_rules pt_budget)
 for t in umd/tests/pool_*.rs; do
   t=$(basename "$t" .rs)
   [ "$t" = pool_util ] || tests+=("$t")

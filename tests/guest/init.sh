@@ -322,6 +322,13 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     drc=$?
     echo "GUEST: umd driver_rules exit $drc"
     [ $drc = 0 ] || rc=1
+    # A file's VM limits through the backend (umd/tests/pt_budget.rs, the host runs it on the
+    # simulator): the page-table budget refuses the predicted bind, the 65537th mapping is
+    # refused, 16384 mappings close in under a second.
+    /bin/pt_budget --test-threads=1
+    vrc=$?
+    echo "GUEST: umd pt_budget exit $vrc"
+    [ $vrc = 0 ] || rc=1
     # The same rules through the C ABI, programs written from the header: a pipeline whose
     # producer faults (nothing runs on its output), a batch failing in a later part, and a signal
     # during a wait (interrupted without SA_RESTART, restarted with it).
