@@ -92,53 +92,33 @@ pub fn kmd_error(op: Op, e: KmdError, what: &str) -> UmdError {
 mod tests {
     use super::*;
 
-    /// The mapping limit too: UMD_ERR_MEM_OUT_OF_MEMORY (the pool trims and retries), the limit
-    /// named in the detail with the kernel's errno and reason.
+    /// A bind refused for a file limit the caller can give back from: UMD_ERR_MEM_OUT_OF_MEMORY
+    /// (the pool trims and retries), with the kernel's errno and reason and `names` (the limit)
+    /// in the detail.
+    fn assert_memory_limit(e: KmdError, reason: &str, names: &str) {
+        let (errno, kmd_reason) = (e.errno, e.reason);
+        assert_eq!(errno, libc::ENOSPC);
+        let u = kmd_error(Op::Memory, e, "VM bind of 4096 bytes at 0x40100000");
+        assert_eq!(
+            (u.code, u.os_errno, u.kmd_reason),
+            (umdResult::UMD_ERR_MEM_OUT_OF_MEMORY, errno, kmd_reason)
+        );
+        assert!(u.message.contains(reason), "{}", u.message);
+        assert!(u.message.contains(names), "{}", u.message);
+    }
+
     #[test]
     fn mapping_limit_maps_to_out_of_memory_and_names_the_limit() {
         let e = KmdError::from(rules::vm::mapping_limit(rules::vm::MAX_MAPPINGS).unwrap_err());
-        assert_eq!((e.errno, e.reason), (libc::ENOSPC, r::OBJECT_LIMIT));
-        let u = kmd_error(Op::Memory, e, "VM bind of 4096 bytes at 0x40100000");
-        assert_eq!(
-            (u.code, u.os_errno, u.kmd_reason),
-            (
-                umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
-                libc::ENOSPC,
-                r::OBJECT_LIMIT
-            )
-        );
-        assert!(u.message.contains("OBJECT_LIMIT (32)"), "{}", u.message);
-        assert!(
-            u.message.contains("at most 65536 GPU mappings"),
-            "{}",
-            u.message
-        );
+        assert_memory_limit(e, "OBJECT_LIMIT (32)", "at most 65536 GPU mappings");
     }
 
-    /// The page-table budget is memory the caller can give back: UMD_ERR_MEM_OUT_OF_MEMORY, with
-    /// the budget named in the detail.
     #[test]
     fn page_table_budget_maps_to_out_of_memory_and_names_the_budget() {
-        let e = KmdError::new(libc::ENOSPC, r::PT_LIMIT);
-        assert_eq!(
-            code_for(Op::Memory, &e),
-            umdResult::UMD_ERR_MEM_OUT_OF_MEMORY
-        );
-        let u = kmd_error(Op::Memory, e, "VM bind of 4096 bytes at 0x40100000");
-        assert_eq!(
-            (u.code, u.os_errno, u.kmd_reason),
-            (
-                umdResult::UMD_ERR_MEM_OUT_OF_MEMORY,
-                libc::ENOSPC,
-                r::PT_LIMIT
-            )
-        );
-        assert!(u.message.contains("PT_LIMIT (36)"), "{}", u.message);
-        assert!(
-            u.message
-                .contains("page-table budget is 2048 tables of 4 KiB (8 MiB"),
-            "{}",
-            u.message
+        assert_memory_limit(
+            KmdError::new(libc::ENOSPC, r::PT_LIMIT),
+            "PT_LIMIT (36)",
+            "page-table budget is 2048 tables of 4 KiB (8 MiB",
         );
     }
 
