@@ -44,9 +44,8 @@
 
 #include <drm/drm.h>
 #include "aigpu_drm.h"
+#include "../guest/guest_uapi.h"
 
-#define PAGE 4096ull
-#define RW (AIGPU_VM_ACCESS_READ | AIGPU_VM_ACCESS_WRITE)
 /* The work object: data in the lower half, command buffers in the upper half. */
 #define WORK_VA 0x40000000ull
 #define WORK_SIZE (256u * 1024u)
@@ -131,13 +130,6 @@ static void finding(const char *fmt, ...)
 	fflush(stdout);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the process's view of its file ---- */
 struct bo { uint32_t handle; uint64_t size; };
@@ -350,14 +342,7 @@ static void touch_orphans(void)
 	}
 }
 
-/* ---- packets (docs/hw-spec.md section 6, uapi/src/v1/packet.rs) ---- */
-#define HDR(op, flags, words) ((uint32_t)(op) | ((uint32_t)(flags) << 8) | ((uint32_t)(words) << 16))
-static uint32_t *emit64(uint32_t *p, uint64_t v)
-{
-	p[0] = (uint32_t)v;
-	p[1] = (uint32_t)(v >> 32);
-	return p + 2;
-}
+/* ---- packets (docs/hw-spec.md section 6, uapi/src/v1/packet.rs; HDR, emit64: guest_uapi.h) ---- */
 /* A data VA in the work object, `align`-aligned, with `len` bytes room. */
 static uint64_t data_va(uint64_t len, uint64_t align)
 {

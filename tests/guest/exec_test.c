@@ -46,6 +46,7 @@
 #include <drm/drm.h>
 
 #include "aigpu_drm.h"
+#include "guest_uapi.h"
 #define GUEST_TEST "exec_test"
 #include "guest_check.h"
 
@@ -54,19 +55,9 @@ static const char *const EXEC_PARAMS = "num_devices=2 mem_mib=64 job_timeout_ms=
 static const unsigned TIMEOUT_MS = 1000;
 static const char *DFS = "/sys/kernel/debug/dri/128"; /* render minor of aigpu0 -> its debugfs dir */
 
-#define PAGE 4096ull
-#define RW (AIGPU_VM_ACCESS_READ | AIGPU_VM_ACCESS_WRITE)
 #define VA 0x40000000ull /* data + command buffers of a `struct gpu` */
 #define BAD_VA 0x7f0010000ull
 
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -76,21 +67,7 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
-/* ioctl returning 0 or -errno; no retry (EINTR and EAGAIN are outcomes here). */
-static int rawioctl(int fd, unsigned long req, void *arg)
-{
-	return ioctl(fd, req, arg) == -1 ? -errno : 0;
-}
-
-/* ---- packets (docs/hw-spec.md section 6) ---- */
-#define HDR(op, flags, words) ((uint32_t)(op) | ((uint32_t)(flags) << 8) | ((uint32_t)(words) << 16))
-
-static uint32_t *emit64(uint32_t *p, uint64_t v)
-{
-	p[0] = (uint32_t)v;
-	p[1] = (uint32_t)(v >> 32);
-	return p + 2;
-}
+/* ---- packets (docs/hw-spec.md section 6; HDR and emit64 in guest_uapi.h) ---- */
 
 static uint32_t *pkt_fill(uint32_t *p, uint64_t dst, uint64_t size, uint32_t pattern)
 {

@@ -29,9 +29,8 @@
 
 #include "aigpu_drm.h"
 #include "guest_check.h"
+#include "guest_uapi.h"
 
-#define PAGE 4096ull
-#define RW (AIGPU_VM_ACCESS_READ | AIGPU_VM_ACCESS_WRITE)
 #define VA 0x40000000ull
 #define BUF (256u * 1024u)
 #define CMD (BUF / 2)
@@ -39,26 +38,6 @@
 static const char *node = "/dev/dri/renderD128";
 static unsigned timeout_ms = 2000, nprocs = 12;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int xioctl(int fd, unsigned long req, void *arg)
-{
-	return ioctl(fd, req, arg) == -1 ? -errno : 0;
-}
-
-#define HDR(op, flags, words) ((uint32_t)(op) | ((uint32_t)(flags) << 8) | ((uint32_t)(words) << 16))
-static uint32_t *emit64(uint32_t *p, uint64_t v)
-{
-	p[0] = (uint32_t)v;
-	p[1] = (uint32_t)(v >> 32);
-	return p + 2;
-}
 
 /* A client: one file, one object of BUF bytes bound at VA and CPU-mapped, one context. */
 struct cl {
@@ -75,20 +54,20 @@ static int cl_open(struct cl *c, uint32_t prio)
 	if (c->fd < 0)
 		return -errno;
 	struct drm_aigpu_gem_create g = { .size = BUF };
-	int r = xioctl(c->fd, DRM_IOCTL_AIGPU_GEM_CREATE, &g);
+	int r = rawioctl(c->fd, DRM_IOCTL_AIGPU_GEM_CREATE, &g);
 	if (r)
 		return r;
 	struct drm_aigpu_vm_bind b = { .handle = g.handle, .va = VA, .size = BUF, .access = RW };
-	if ((r = xioctl(c->fd, DRM_IOCTL_AIGPU_VM_BIND, &b)))
+	if ((r = rawioctl(c->fd, DRM_IOCTL_AIGPU_VM_BIND, &b)))
 		return r;
 	struct drm_aigpu_gem_mmap_offset m = { .handle = g.handle };
-	if ((r = xioctl(c->fd, DRM_IOCTL_AIGPU_GEM_MMAP_OFFSET, &m)))
+	if ((r = rawioctl(c->fd, DRM_IOCTL_AIGPU_GEM_MMAP_OFFSET, &m)))
 		return r;
 	c->map = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, (off_t)m.offset);
 	if (c->map == MAP_FAILED)
 		return -errno;
 	struct drm_aigpu_ctx_create cc = { .priority = prio };
-	if ((r = xioctl(c->fd, DRM_IOCTL_AIGPU_CTX_CREATE, &cc)))
+	if ((r = rawioctl(c->fd, DRM_IOCTL_AIGPU_CTX_CREATE, &cc)))
 		return r;
 	c->ctx = cc.ctx_id;
 	c->cmd_at = CMD;
@@ -120,7 +99,7 @@ static int submit(struct cl *c, uint64_t va, uint32_t *p0, uint32_t *p, uint64_t
 {
 	struct drm_aigpu_cmdbuf cb = { .va = va, .size = (uint32_t)((p - p0) * 4) };
 	struct drm_aigpu_submit s = { .ctx_id = c->ctx, .cmdbufs = (uintptr_t)&cb, .num_cmdbufs = 1 };
-	int r = xioctl(c->fd, DRM_IOCTL_AIGPU_SUBMIT, &s);
+	int r = rawioctl(c->fd, DRM_IOCTL_AIGPU_SUBMIT, &s);
 
 	if (seq)
 		*seq = s.out_seqno;
@@ -164,7 +143,7 @@ static int submit_hang(struct cl *c, uint64_t *seq)
 static int wait_ms(struct cl *c, uint64_t seq, unsigned ms, uint32_t *reason)
 {
 	struct drm_aigpu_wait w = { .ctx_id = c->ctx, .seqno = seq, .timeout_ns = now_ns() + ms * 1000000ull };
-	int r = xioctl(c->fd, DRM_IOCTL_AIGPU_WAIT, &w);
+	int r = rawioctl(c->fd, DRM_IOCTL_AIGPU_WAIT, &w);
 
 	if (reason)
 		*reason = w.reason;
@@ -279,9 +258,9 @@ static void test_exit_without_close(void)
 			if (submit_fill(&c, 8192 + i * 64, 64, (uint32_t)i, &seq))
 				_exit(3);
 		struct drm_aigpu_gem_create g = { .size = 64 * 1024 };
-		xioctl(c.fd, DRM_IOCTL_AIGPU_GEM_CREATE, &g);
+		rawioctl(c.fd, DRM_IOCTL_AIGPU_GEM_CREATE, &g);
 		struct drm_aigpu_vm_bind b = { .handle = g.handle, .va = VA + 0x1000000, .size = 64 * 1024, .access = RW };
-		xioctl(c.fd, DRM_IOCTL_AIGPU_VM_BIND, &b);
+		rawioctl(c.fd, DRM_IOCTL_AIGPU_VM_BIND, &b);
 		_exit(0); /* nothing closed, unmapped or destroyed */
 	}
 	int st = 0;
