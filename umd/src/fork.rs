@@ -24,6 +24,7 @@ extern "C" fn in_child() {
     // SAFETY: getppid is async-signal-safe and has no preconditions.
     PARENT_PID.store(unsafe { libc::getppid() } as u32, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    crate::registry::forget_inherited_counts();
 }
 
 /// Registers the child handler once (every C entry point calls this; after the first call it is

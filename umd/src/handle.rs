@@ -6,6 +6,7 @@
 //! buffer is expected. `0` is never a valid handle (C code can use it as "none").
 
 use crate::error::{umdResult, UmdError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Object types that have handles.
@@ -68,6 +69,9 @@ struct Slots<T> {
 pub struct Table<T> {
     kind: Kind,
     inner: RwLock<Slots<T>>,
+    /// Objects of this process's generation in the table: what [`Table::live_count`] reads
+    /// without the lock (from a fatal-signal handler, which must not take it).
+    live: AtomicU64,
 }
 
 impl<T> Table<T> {
@@ -79,6 +83,7 @@ impl<T> Table<T> {
                 slots: Vec::new(),
                 free: Vec::new(),
             }),
+            live: AtomicU64::new(0),
         }
     }
 
@@ -99,6 +104,7 @@ impl<T> Table<T> {
         let slot = &mut g.slots[index];
         slot.obj = Some(obj);
         slot.fork_gen = crate::fork::generation();
+        self.live.fetch_add(1, Ordering::Relaxed);
         pack(self.kind, slot.gen, index)
     }
 
@@ -132,7 +138,20 @@ impl<T> Table<T> {
         if slot.gen <= GEN_MASK {
             g.free.push(index);
         }
+        self.live.fetch_sub(1, Ordering::Relaxed);
         Ok(obj)
+    }
+
+    /// How many objects of this process the table holds (what [`Table::live`] would list).
+    /// Lock-free and async-signal-safe: one atomic load.
+    pub fn live_count(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// In a forked child: the objects inherited from the parent are not the child's (see
+    /// `crate::fork`), so none of them counts. An atomic store: async-signal-safe.
+    pub fn forget_inherited(&self) {
+        self.live.store(0, Ordering::Relaxed);
     }
 
     /// All live objects of this process (for teardown and reports; a forked child's copies of

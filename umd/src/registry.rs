@@ -18,6 +18,15 @@ pub static BUFFERS: Table<Buffer> = Table::new(Kind::Buffer);
 /// Live command buffers.
 pub static CMDBUFS: Table<CmdBuf> = Table::new(Kind::CmdBuf);
 
+/// In a forked child (`crate::fork`'s handler): no inherited object counts as the child's.
+/// Atomic stores only.
+pub fn forget_inherited_counts() {
+    DEVICES.forget_inherited();
+    CONTEXTS.forget_inherited();
+    BUFFERS.forget_inherited();
+    CMDBUFS.forget_inherited();
+}
+
 static RESOLVED: OnceLock<UmdResult<Resolved>> = OnceLock::new();
 
 /// The backend for this process (`UMD_BACKEND`), decided on first use.

@@ -1,5 +1,6 @@
 //! The emergency ring: dumped on request, on device loss (and named in the device-lost detail),
-//! and on SIGSEGV / SIGABRT in a child process.
+//! and on SIGSEGV / SIGABRT in a child process, with the process's `process_exit` record saying
+//! which signal ended it and what was still live.
 
 #[path = "log_util.rs"]
 mod util;
@@ -188,9 +189,22 @@ fn fatal_child(how: &str) {
     // SAFETY: plain setrlimit on this process.
     unsafe { libc::setrlimit(libc::RLIMIT_CORE, &none) };
     umd::log::ensure_init();
+    if how == "segv" {
+        // Live at the crash: one device, one context, two buffers (the exit record counts them).
+        use umd::abi::{context::*, device::*, memory::*, types::*};
+        let (mut dev, mut ctx, mut b1, mut b2) = (0u64, 0u64, 0u64, 0u64);
+        assert_eq!(umdDeviceOpen(0, &mut dev), umdResult::UMD_SUCCESS);
+        assert_eq!(
+            umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
+            umdResult::UMD_SUCCESS
+        );
+        assert_eq!(umdMemAlloc(ctx, 4096, 0, &mut b1), umdResult::UMD_SUCCESS);
+        assert_eq!(umdMemAlloc(ctx, 8192, 0, &mut b2), umdResult::UMD_SUCCESS);
+    }
     tracing::warn!(ctx = 1u64, "last words 1");
     tracing::error!(ctx = 1u64, code = "UMD_ERR_INTERNAL", "last words 2");
     tracing::warn!(ctx = 1u64, "last words 3");
+    tracing::info!(ctx = 1u64, "the last info before the crash");
     match how {
         // SAFETY: deliberately invalid: the test needs a real fault.
         "segv" => unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) },
@@ -198,7 +212,26 @@ fn fatal_child(how: &str) {
     }
 }
 
-fn check_fatal(test: &str, sig: i32) {
+/// The black box's `process_exit` record: its fields after the message, e.g. `event=process_exit
+/// how=signal signal=SIGSEGV status=139 live_devices=1 live_context_count=1 live_buffers=2`.
+fn exit_fields(recs: &[String]) -> String {
+    let exits: Vec<&String> = recs
+        .iter()
+        .filter(|l| l.contains(" event=process_exit "))
+        .collect();
+    assert_eq!(exits.len(), 1, "one exit record: {recs:#?}");
+    let l = exits[0];
+    assert!(
+        l.contains(" ERROR tid=") && l.contains(" umd::log::story "),
+        "level and target: {l}"
+    );
+    l.split("\"process exit\" ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("message: {l}"))
+        .to_string()
+}
+
+fn check_fatal(test: &str, sig: i32, live: &str) {
     let dir = fresh_dir(test);
     let o = run_child(
         test,
@@ -222,6 +255,34 @@ fn check_fatal(test: &str, sig: i32) {
         .filter(|m| m.starts_with("last words"))
         .collect();
     assert_eq!(words, ["last words 1", "last words 2", "last words 3"]);
+    // The regular log holds every record logged before the crash too, the INFO ones (the
+    // process's start among them) that the black box does not keep: the handler had the writer
+    // write them out before the process died.
+    let regular: Vec<String> = log_files(&dir).iter().flat_map(|f| lines(f)).collect();
+    for want in ["\"last words 3\"", "\"the last info before the crash\""] {
+        assert!(
+            regular.iter().any(|l| l.contains(want)),
+            "{want} in the regular log: {regular:#?}"
+        );
+    }
+    if sig == libc::SIGSEGV {
+        assert!(
+            regular.iter().any(|l| l.contains(" event=process_start ")),
+            "the process start record in the regular log: {regular:#?}"
+        );
+    }
+    let name = if sig == libc::SIGSEGV {
+        "SIGSEGV"
+    } else {
+        "SIGABRT"
+    };
+    assert_eq!(
+        exit_fields(&recs),
+        format!(
+            "event=process_exit how=signal signal={name} status={} {live}",
+            128 + sig
+        )
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -231,7 +292,11 @@ fn sigsegv_dumps_the_ring() {
         fatal_child("segv");
         return;
     }
-    check_fatal("sigsegv_dumps_the_ring", libc::SIGSEGV);
+    check_fatal(
+        "sigsegv_dumps_the_ring",
+        libc::SIGSEGV,
+        "live_devices=1 live_context_count=1 live_buffers=2",
+    );
 }
 
 #[test]
@@ -240,5 +305,9 @@ fn sigabrt_dumps_the_ring() {
         fatal_child("abort");
         return;
     }
-    check_fatal("sigabrt_dumps_the_ring", libc::SIGABRT);
+    check_fatal(
+        "sigabrt_dumps_the_ring",
+        libc::SIGABRT,
+        "live_devices=0 live_context_count=0 live_buffers=0",
+    );
 }

@@ -43,12 +43,17 @@ pub enum Fact {
     },
     /// `event=process_exit`.
     Exit {
-        /// `exit`.
+        /// `exit` (the record of `exit()`), or `signal` (a fatal signal's, from the black box:
+        /// umd/src/log/signals.rs).
         how: String,
-        /// The exit status.
+        /// The signal's name (`SIGSEGV`) when `how` is `signal`; empty otherwise.
+        signal: String,
+        /// The exit status (for a signal, 128 + its number, as a shell reports it).
         status: i64,
-        /// Contexts still live.
+        /// Contexts still live (empty for a signal: its record only counts them).
         live_contexts: Vec<u64>,
+        /// How many contexts were still live.
+        live_context_count: u64,
         /// Buffers still live.
         live_buffers: u64,
         /// Their bytes.
@@ -241,8 +246,12 @@ pub fn of(r: &Rec) -> Option<Fact> {
             },
             "process_exit" => Fact::Exit {
                 how: s(r, "how"),
+                signal: s(r, "signal"),
                 status: r.field("status").and_then(|v| v.as_i64()).unwrap_or(0),
                 live_contexts: list(&s(r, "live_contexts")),
+                live_context_count: r
+                    .field_u64("live_context_count")
+                    .unwrap_or_else(|| list(&s(r, "live_contexts")).len() as u64),
                 live_buffers: n(r, "live_buffers"),
                 live_bytes: n(r, "live_bytes"),
             },

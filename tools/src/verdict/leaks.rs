@@ -15,6 +15,7 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
             live_buffers,
             live_bytes,
             live_contexts,
+            ..
         } => Some((
             how.clone(),
             *status,

@@ -95,6 +95,8 @@ pub struct Facts {
     pub innocent: Vec<(u64, String)>,
     /// The setting concerned (`UMD_SIM_JOB_TIMEOUT_MS=10`).
     pub setting: Option<String>,
+    /// The fatal signal that ended the process (`SIGSEGV`).
+    pub signal: Option<String>,
     /// What to do.
     pub fix: String,
 }

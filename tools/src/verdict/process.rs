@@ -18,8 +18,51 @@ pub(super) fn findings(procs: &[Process<'_>], incidents: bool) -> Vec<Finding> {
         }
         out.extend(refused::refused_calls(p));
         out.extend(leaks::leaks(p));
+        out.extend(fatal_signal(p));
     }
     out
+}
+
+/// A process that died of a fatal signal (its black box's `process_exit` record, `how=signal`):
+/// a crash in the application or a library it loaded, whatever the GPU did before.
+fn fatal_signal(p: &Process<'_>) -> Option<Finding> {
+    let (f, r) = p.exit()?;
+    let Fact::Exit {
+        how,
+        signal,
+        status,
+        live_context_count,
+        live_buffers,
+        ..
+    } = f
+    else {
+        return None;
+    };
+    if how != "signal" {
+        return None;
+    }
+    let n = |k: u64, what: &str| format!("{k} {what}{}", if k == 1 { "" } else { "s" });
+    Some(
+        finding(
+            format!(
+                "pid {} died of {signal} (status {status}) with {} and {} still live",
+                pid_s(p),
+                n(*live_context_count, "context"),
+                n(*live_buffers, "buffer")
+            ),
+            vec![log_ev(r)],
+        )
+        .with(Facts {
+            kind: "fatal_signal",
+            pid: pid64(p),
+            signal: Some(signal.clone()),
+            fix: "the process crashed: its black box (umd-blackbox-<pid>-*.log) holds its last \
+                  warnings and errors; a core dump (ulimit -c unlimited) or a debugger gives the \
+                  faulting stack"
+                .into(),
+            ..Facts::default()
+        }),
+    )
 }
 
 pub(super) fn pid_s(p: &Process<'_>) -> String {

@@ -116,6 +116,7 @@ pub fn facts_json(f: &Facts) -> serde_json::Map<String, Value> {
     put("buffer", f.buffer.map(Value::from));
     put("culprit", f.culprit.map(Value::from));
     put("setting", f.setting.clone().map(Value::from));
+    put("signal", f.signal.clone().map(Value::from));
     if !f.innocent.is_empty() {
         put(
             "innocent",

@@ -141,6 +141,44 @@ thread_local! {
 const BUSY: u64 = 1 << 32;
 const WRITER: u64 = 1 << 33;
 
+/// Crash flushes a fatal-signal handler asked for, and the last one the writer thread finished
+/// (`flush_from_signal`).
+pub(crate) static CRASH_FLUSH_ASKED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static CRASH_FLUSH_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// From a fatal-signal handler (signals.rs): has the writer thread write out everything logged
+/// so far to the file and the console, and waits for it at most `max_ms` milliseconds. Without
+/// it the records still queued (the process's start record among them) die with the process,
+/// and its log is empty exactly when it crashed. Async-signal-safe: atomics, the writer's
+/// futex wake-up (`Thread::unpark`), `nanosleep`; nothing is allocated or locked here. False
+/// when there is no writer, the handler runs on the writer thread itself, or it did not finish
+/// in time (a writer blocked on a full disk: the black box is written anyway).
+pub(crate) fn flush_from_signal(max_ms: u32) -> bool {
+    let Some(p) = pipeline() else {
+        return false;
+    };
+    if STATE.load(Ordering::Acquire) != READY {
+        return false;
+    }
+    if ME.try_with(|c| c.bits.get() & WRITER != 0).unwrap_or(true) {
+        return false;
+    }
+    let want = CRASH_FLUSH_ASKED.fetch_add(1, Ordering::SeqCst) + 1;
+    p.writer.unpark();
+    let ms = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..max_ms {
+        if CRASH_FLUSH_DONE.load(Ordering::Acquire) >= want {
+            return true;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder pointer.
+        unsafe { libc::nanosleep(&ms, std::ptr::null_mut()) };
+    }
+    CRASH_FLUSH_DONE.load(Ordering::Acquire) >= want
+}
+
 /// Marks the calling thread as the writer thread (its events are handled in place).
 pub(crate) fn mark_writer_thread() {
     let _ = ME.try_with(|c| c.bits.set(c.bits.get() | WRITER));

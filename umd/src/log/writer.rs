@@ -258,6 +258,13 @@ impl Writer {
             n += self.drain_all();
             self.write_local();
             self.write_console();
+            // A fatal signal's handler waits for everything logged so far (`flush_from_signal`).
+            let crash = super::CRASH_FLUSH_ASKED.load(Ordering::Acquire);
+            if crash > super::CRASH_FLUSH_DONE.load(Ordering::Relaxed) {
+                n += self.drain_all();
+                self.settle(false);
+                super::CRASH_FLUSH_DONE.store(crash, Ordering::Release);
+            }
             let now = Instant::now();
             if stop {
                 self.report_drops();
