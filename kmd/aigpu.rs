@@ -29,7 +29,8 @@
 //!   objects;
 //! - `vm.rs`     — the per-file GPU address space: mappings, bind / unbind;
 //! - `pt.rs`     — page-table pages in the format of docs/hw-spec.md section 5;
-//! - `ioctl.rs`  — the ioctl table, the trampoline that reports `reason`, argument checks;
+//! - `ioctl.rs`  — the ioctl table, the trampoline that reports `reason`, argument checks (each
+//!   handler lives with its object: `gem.rs`, `vm.rs`, `ctx.rs`, `query.rs`);
 //! - `query.rs`  — the query ioctl.
 //!
 //! Every constant and argument struct of the user-space contract comes from the `uapi` crate,

@@ -24,9 +24,9 @@ use kernel::{
 };
 
 use crate::{
-    driver::{AigpuDevice, AigpuDriver, DrmFile},
-    ioctl::{fail, refuse, Fail},
-    uapi::reason,
+    driver::{AigpuDevice, AigpuDriver, DrmFile, RegDevice},
+    ioctl::{check_flags, check_pad, fail, refuse, Fail, IoctlResult},
+    uapi::{ioctl as u, reason, version},
 };
 
 /// GEM memory budget of one device.
@@ -167,4 +167,36 @@ pub(crate) fn create_handle(obj: &Gem, file: &DrmFile) -> Result<u32, Fail> {
         let r = if e == ENOSPC { reason::OBJECT_LIMIT } else { reason::OUT_OF_MEMORY };
         fail(e, r)
     })
+}
+
+// ---- the GEM ioctls ----
+
+/// GEM create: a shmem object of `size` bytes rounded up to the page size.
+pub(crate) fn create_ioctl(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    check_pad(req.pad)?;
+    if req.size == 0 {
+        return Err(refuse(reason::SIZE_ZERO));
+    }
+    let mem = &dev.mem;
+    if req.size > mem.total() {
+        return Err(refuse(reason::SIZE_TOO_LARGE));
+    }
+    // Cannot overflow: size <= total <= 16 GiB.
+    let size = req.size.next_multiple_of(version::PAGE_SIZE);
+    let size_usize = usize::try_from(size).map_err(|_| refuse(reason::SIZE_TOO_LARGE))?;
+    let reservation = MemAccount::reserve(mem, size)?;
+    let obj = create(dev, size_usize, reservation)?;
+    req.handle = create_handle(&obj, file)?;
+    // The handle holds the object now; `obj` (the creation reference) is dropped here.
+    Ok(())
+}
+
+/// GEM mmap offset: the fake offset for `mmap()` on the DRM file.
+pub(crate) fn mmap_offset_ioctl(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    check_pad(req.pad)?;
+    let obj = lookup(file, req.handle)?;
+    req.offset = mmap_offset(&obj)?;
+    Ok(())
 }

@@ -21,19 +21,17 @@ use core::ffi::{c_int, c_void};
 
 use kernel::{
     bindings,
-    drm::{self, gem::BaseObject},
+    drm,
     prelude::*,
 };
 
 use crate::{
     ctx,
-    driver::{AigpuDriver, DrmFile, RegDevice},
+    driver::AigpuDriver,
     file::AigpuFile,
-    gem::{self, MemAccount},
-    query,
-    rules,
-    uapi::{ioctl as u, reason, version},
-    vm::BindArgs,
+    gem, query,
+    uapi::{ioctl as u, reason},
+    vm,
 };
 
 /// An ioctl failure: the errno returned and the reason written to the argument struct.
@@ -175,10 +173,10 @@ macro_rules! aigpu_ioctl {
 /// The driver ioctls, in `NR_*` order (index = number - `DRM_COMMAND_BASE`).
 pub(crate) const IOCTLS: &[drm::ioctl::DrmIoctlDescriptor] = &[
     aigpu_ioctl!(c"AIGPU_QUERY", u::IOCTL_QUERY, u::NR_QUERY, u::Query, query::query),
-    aigpu_ioctl!(c"AIGPU_GEM_CREATE", u::IOCTL_GEM_CREATE, u::NR_GEM_CREATE, u::GemCreate, gem_create),
-    aigpu_ioctl!(c"AIGPU_GEM_MMAP_OFFSET", u::IOCTL_GEM_MMAP_OFFSET, u::NR_GEM_MMAP_OFFSET, u::GemMmapOffset, gem_mmap_offset),
-    aigpu_ioctl!(c"AIGPU_VM_BIND", u::IOCTL_VM_BIND, u::NR_VM_BIND, u::VmBind, vm_bind),
-    aigpu_ioctl!(c"AIGPU_VM_UNBIND", u::IOCTL_VM_UNBIND, u::NR_VM_UNBIND, u::VmUnbind, vm_unbind),
+    aigpu_ioctl!(c"AIGPU_GEM_CREATE", u::IOCTL_GEM_CREATE, u::NR_GEM_CREATE, u::GemCreate, gem::create_ioctl),
+    aigpu_ioctl!(c"AIGPU_GEM_MMAP_OFFSET", u::IOCTL_GEM_MMAP_OFFSET, u::NR_GEM_MMAP_OFFSET, u::GemMmapOffset, gem::mmap_offset_ioctl),
+    aigpu_ioctl!(c"AIGPU_VM_BIND", u::IOCTL_VM_BIND, u::NR_VM_BIND, u::VmBind, vm::bind_ioctl),
+    aigpu_ioctl!(c"AIGPU_VM_UNBIND", u::IOCTL_VM_UNBIND, u::NR_VM_UNBIND, u::VmUnbind, vm::unbind_ioctl),
     aigpu_ioctl!(c"AIGPU_CTX_CREATE", u::IOCTL_CTX_CREATE, u::NR_CTX_CREATE, u::CtxCreate, ctx::ctx_create),
     aigpu_ioctl!(c"AIGPU_CTX_DESTROY", u::IOCTL_CTX_DESTROY, u::NR_CTX_DESTROY, u::CtxDestroy, ctx::ctx_destroy),
     aigpu_ioctl!(c"AIGPU_SUBMIT", u::IOCTL_SUBMIT, u::NR_SUBMIT, u::Submit, ctx::submit),
@@ -187,64 +185,3 @@ pub(crate) const IOCTLS: &[drm::ioctl::DrmIoctlDescriptor] = &[
 ];
 const _: () = assert!(IOCTLS.len() == u::NUM_IOCTLS as usize);
 
-/// GEM create: a shmem object of `size` bytes rounded up to the page size.
-fn gem_create(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
-    check_pad(req.pad)?;
-    if req.size == 0 {
-        return Err(refuse(reason::SIZE_ZERO));
-    }
-    let mem = &dev.mem;
-    if req.size > mem.total() {
-        return Err(refuse(reason::SIZE_TOO_LARGE));
-    }
-    // Cannot overflow: size <= total <= 16 GiB.
-    let size = req.size.next_multiple_of(version::PAGE_SIZE);
-    let size_usize = usize::try_from(size).map_err(|_| refuse(reason::SIZE_TOO_LARGE))?;
-    let reservation = MemAccount::reserve(mem, size)?;
-    let obj = gem::create(dev, size_usize, reservation)?;
-    req.handle = gem::create_handle(&obj, file)?;
-    // The handle holds the object now; `obj` (the creation reference) is dropped here.
-    Ok(())
-}
-
-/// GEM mmap offset: the fake offset for `mmap()` on the DRM file.
-fn gem_mmap_offset(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
-    check_pad(req.pad)?;
-    let obj = gem::lookup(file, req.handle)?;
-    req.offset = gem::mmap_offset(&obj)?;
-    Ok(())
-}
-
-/// VM bind: map part of an object into the file's GPU address space.
-///
-/// Checks, in order (the simulator backend's order): flags, handle, access, size zero,
-/// alignment (va, bo_offset, size), VA range and overflow, object range, then (in `Vm::bind`)
-/// overlap and the mapping limit.
-fn vm_bind(dev: &RegDevice, req: &mut u::VmBind, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
-    let obj = gem::lookup(file, req.handle)?;
-    rules::vm::bind(req.va, req.bo_offset, req.size, req.access, obj.size() as u64)?;
-    let args = BindArgs {
-        va: req.va,
-        bo_offset: req.bo_offset,
-        size: req.size,
-        access: req.access,
-    };
-    let parent: &crate::driver::Parent<kernel::device::Bound> = dev.as_ref();
-    let f = file.inner();
-    f.vm.lock().bind(parent.as_ref(), obj, &args)?;
-    f.stats.mappings.fetch_add(1, kernel::sync::atomic::Relaxed);
-    Ok(())
-}
-
-/// VM unbind: remove exactly one existing mapping.
-fn vm_unbind(_dev: &RegDevice, req: &mut u::VmUnbind, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
-    rules::vm::unbind(req.va, req.size)?;
-    let f = file.inner();
-    f.vm.lock().unbind(req.va, req.size)?;
-    f.stats.mappings.fetch_sub(1, kernel::sync::atomic::Relaxed);
-    Ok(())
-}

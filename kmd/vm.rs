@@ -31,7 +31,8 @@ use crate::{
     gem::Gem,
     gpu::Gpu,
     hw::Hw,
-    ioctl::{fail, refuse, Fail},
+    driver::{DrmFile, RegDevice},
+    ioctl::{check_flags, fail, refuse, Fail, IoctlResult},
     model::mmu::Tlb,
     pt::PtPage,
     uapi::{ioctl as uioctl, pte, reason, version},
@@ -490,6 +491,40 @@ impl Drop for Vm {
         self.stats.mappings.fetch_sub(self.count as u64, Relaxed);
         self.count = 0;
     }
+}
+
+// ---- the VM ioctls ----
+
+/// VM bind: map part of an object into the file's GPU address space.
+///
+/// Checks, in order (the simulator backend's order): flags, handle, access, size zero,
+/// alignment (va, bo_offset, size), VA range and overflow, object range, then (in `Vm::bind`)
+/// overlap and the mapping limit.
+pub(crate) fn bind_ioctl(dev: &RegDevice, req: &mut uioctl::VmBind, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    let obj = crate::gem::lookup(file, req.handle)?;
+    crate::rules::vm::bind(req.va, req.bo_offset, req.size, req.access, obj.size() as u64)?;
+    let args = BindArgs {
+        va: req.va,
+        bo_offset: req.bo_offset,
+        size: req.size,
+        access: req.access,
+    };
+    let parent: &crate::driver::Parent<kernel::device::Bound> = dev.as_ref();
+    let f = file.inner();
+    f.vm.lock().bind(parent.as_ref(), obj, &args)?;
+    f.stats.mappings.fetch_add(1, kernel::sync::atomic::Relaxed);
+    Ok(())
+}
+
+/// VM unbind: remove exactly one existing mapping.
+pub(crate) fn unbind_ioctl(_dev: &RegDevice, req: &mut uioctl::VmUnbind, file: &DrmFile) -> IoctlResult {
+    check_flags(req.flags, 0)?;
+    crate::rules::vm::unbind(req.va, req.size)?;
+    let f = file.inner();
+    f.vm.lock().unbind(req.va, req.size)?;
+    f.stats.mappings.fetch_sub(1, kernel::sync::atomic::Relaxed);
+    Ok(())
 }
 
 /// Reads through one address space for SUBMIT's validation, remembering between the command
