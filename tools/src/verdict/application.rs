@@ -3,8 +3,8 @@
 //! leaks, how each process ended.
 
 use super::{
-    dmesg_device, dmesg_ev, dmesg_found, ev, finding, journal_found, log_ev, losses_in_log,
-    process, who, Evidence, Finding, LostInLog, Status,
+    dmesg_device, dmesg_ev, dmesg_found, ev, finding, journal_found, log_ev, losses_in_log, pid64,
+    process, who, Evidence, Facts, Finding, LostInLog, Status,
 };
 use crate::debugfs::CrashDump;
 use crate::dmesg::{self, Event};
@@ -23,6 +23,8 @@ struct Incident {
     pid: Option<u64>,
     comm: Option<String>,
     va: Option<String>,
+    /// The packet's offset in its command buffer, when the record says.
+    offset: Option<u64>,
     detail: String,
     evidence: Evidence,
 }
@@ -62,6 +64,7 @@ fn crash_incident(device: &str, c: &CrashDump) -> Option<Incident> {
         pid: c.pid,
         comm: c.comm.clone(),
         va: c.va.clone(),
+        offset: c.offset,
         detail: match (&c.fault, &c.access) {
             (Some(f), Some(a)) => format!("{f} {a}"),
             _ => String::new(),
@@ -104,6 +107,7 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
                 pid: c.num("pid"),
                 comm: c.get("comm").map(str::to_string),
                 va: c.get("va").map(str::to_string),
+                offset: c.num("offset"),
                 detail: format!("{} {}", c.or_dash("fault"), c.or_dash("access")),
                 evidence: ev(format!("{}/contexts", dfs.dir), c.line.clone()),
             });
@@ -125,6 +129,7 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
                 pid: dmesg::loose(&f.line, &["pid"]).and_then(|p| p.parse().ok()),
                 comm: dmesg::loose(&f.line, &["comm"]),
                 va: dmesg::loose(&f.line, &["va", "at", "address"]),
+                offset: dmesg::loose(&f.line, &["offset"]).and_then(|o| o.parse().ok()),
                 detail: String::new(),
                 evidence: dmesg_ev(src, f),
             });
@@ -209,7 +214,7 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
     let mut sorted: Vec<&Incident> = kernel_side.iter().collect();
     sorted.sort_by_key(|i| std::cmp::Reverse(i.time));
     for i in sorted {
-        out.push(incident_finding(i));
+        out.push(incident_finding(i, procs));
     }
     // 3. Each process's own log: its faults and hangs when the kernel's view has none, the
     //    calls libumd refused, leaks, how it ended.
@@ -244,7 +249,51 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
     ))
 }
 
-fn incident_finding(i: &Incident) -> Finding {
+/// A fault or hang the kernel recorded, with its facts; when the process's own log tells the
+/// same one (same pid, the log's context bound to the kernel's), libumd's finding of it, which
+/// knows more (its context id, the packet, the buffers near the address, the other contexts'
+/// fate, the fix), named with the kernel's context and device.
+fn incident_finding(i: &Incident, procs: &[Process<'_>]) -> Finding {
+    let kernel = kernel_incident_finding(i);
+    let (Some(pid), Some(k)) = (i.pid, i.ctx.as_deref().and_then(|c| c.parse::<u64>().ok())) else {
+        return kernel;
+    };
+    let Some(p) = procs
+        .iter()
+        .find(|p| pid64(p) == Some(pid) && p.backend() != Some("sim"))
+    else {
+        return kernel;
+    };
+    let umd = p.umd_ctx(k);
+    let same_kind = |f: &Finding| match i.kind {
+        "page fault" => matches!(f.facts.kind, "page_fault" | "use_after_free"),
+        _ => f.facts.kind == "job_timeout",
+    };
+    let Some(mut f) = process::faults_and_hangs(p)
+        .into_iter()
+        .find(|f| f.facts.ctx == Some(umd) && same_kind(f))
+    else {
+        return kernel;
+    };
+    let when = i
+        .time
+        .map(|t| format!(" at {}", t.human()))
+        .unwrap_or_default();
+    f.text = format!(
+        "{} (the kernel's context {k} on {}{when})",
+        f.text, i.device
+    );
+    let mut e = kernel.evidence;
+    e.append(&mut f.evidence);
+    f.evidence = e;
+    if f.facts.packet.is_none() {
+        f.facts.packet = kernel.facts.packet;
+    }
+    f
+}
+
+/// A fault or hang as the kernel's record tells it.
+fn kernel_incident_finding(i: &Incident) -> Finding {
     let when = i
         .time
         .map(|t| format!(" at {}", t.human()))
@@ -268,5 +317,107 @@ fn incident_finding(i: &Incident) -> Finding {
             i.device
         ),
     };
-    finding(text, vec![i.evidence.clone()])
+    let page_fault = i.kind == "page fault";
+    finding(text, vec![i.evidence.clone()]).with(Facts {
+        kind: if page_fault { "page_fault" } else { "job_timeout" },
+        pid: i.pid,
+        ctx: i.ctx.as_deref().and_then(|c| c.parse().ok()),
+        packet: i.offset.map(|o| format!("offset {o}")),
+        va: i
+            .va
+            .as_deref()
+            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()),
+        fix: if page_fault {
+            "the packet's address is not mapped in the context: check the device pointer it was recorded with (a freed or foreign buffer, a wrong offset or leading dimension); libumd's log of the process (umd-smi triage --log-dir) tells which buffer is near it"
+        } else {
+            "a job ran past the job timeout: find the kernel or packet that waits on or spins on something that never comes (libumd's log of the process tells the packet)"
+        }
+        .into(),
+        ..Facts::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::umdlog::{facts, parse_text};
+
+    fn fault() -> Incident {
+        Incident {
+            kind: "page fault",
+            device: "aigpu0".into(),
+            time: None,
+            ctx: Some("12".into()),
+            pid: Some(4411),
+            comm: Some("python".into()),
+            va: Some("0x7f0010000".into()),
+            offset: Some(24),
+            detail: "unmapped read".into(),
+            evidence: ev(
+                "crash-3",
+                "fault type=unmapped access=read va=0x7f0010000 offset=24 job=4711",
+            ),
+        }
+    }
+
+    #[test]
+    fn a_kernel_fault_alone_has_its_facts() {
+        let f = incident_finding(&fault(), &[]);
+        assert_eq!(f.facts.kind, "page_fault");
+        assert_eq!(f.facts.pid, Some(4411));
+        assert_eq!(f.facts.ctx, Some(12), "the kernel's context");
+        assert_eq!(f.facts.packet.as_deref(), Some("offset 24"));
+        assert_eq!(f.facts.va, Some(0x7f0010000));
+        assert!(f.facts.fix.contains("device pointer"), "{}", f.facts.fix);
+        let mut hang = fault();
+        hang.kind = "job timeout";
+        hang.va = None;
+        let h = incident_finding(&hang, &[]);
+        assert_eq!(h.facts.kind, "job_timeout");
+        assert!(
+            h.facts.fix.contains("waits on or spins on"),
+            "{}",
+            h.facts.fix
+        );
+    }
+
+    #[test]
+    fn a_kernel_fault_its_process_logged_has_libumds_facts() {
+        let recs = [
+            "2026-11-29T02:13:07.100000Z 7987600000000 INFO tid=4411 umd::context - - ctx=2 code=- \"context created\" kmd_ctx=11",
+            "2026-11-29T02:13:07.159900Z 7987686445000 ERROR tid=4411 umd::context - umd/src/context.rs:156 ctx=1 code=- \"context lost\" event=ctx_lost kmd_ctx=12 cause=fault reset=guilty fault=unmapped access=read va=0x7f0010000 offset=24 submitted=57 completed=56",
+            "2026-11-29T02:13:07.200000Z 7987700000000 INFO tid=4411 umd::context - - ctx=2 code=- \"context destroyed\" event=ctx_destroyed reset=innocent submitted=8 completed=8",
+        ]
+        .map(|l| parse_text(l).expect("parses"));
+        let p = facts::Process {
+            pid: Some(4411),
+            facts: recs
+                .iter()
+                .filter_map(|r| facts::of(r).map(|f| (f, r)))
+                .collect(),
+        };
+        let f = incident_finding(&fault(), &[p]);
+        assert_eq!(f.facts.kind, "page_fault");
+        assert_eq!(
+            f.facts.ctx,
+            Some(1),
+            "libumd's context, bound to the kernel's 12"
+        );
+        assert_eq!(f.facts.packet.as_deref(), Some("offset 24"));
+        assert_eq!(f.facts.va, Some(0x7f0010000));
+        assert_eq!(f.facts.innocent.len(), 1, "{:?}", f.facts.innocent);
+        assert_eq!(f.facts.innocent[0].0, 2);
+        assert!(
+            f.text.contains("the kernel's context 12 on aigpu0"),
+            "{}",
+            f.text
+        );
+        assert_eq!(
+            f.evidence.len(),
+            2,
+            "the crash dump, then the log: {:?}",
+            f.evidence
+        );
+        assert_eq!(f.evidence[0].source, "crash-3");
+    }
 }

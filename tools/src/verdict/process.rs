@@ -180,7 +180,8 @@ fn timeout_is_configured_short(p: &Process<'_>) -> bool {
     })
 }
 
-fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
+/// One process's faults and hangs as its log tells them.
+pub(super) fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut told: Vec<u64> = Vec::new();
     for (i, (f, r)) in p.facts.iter().enumerate() {
