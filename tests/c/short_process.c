@@ -150,10 +150,33 @@ static int close_under_wait(void) {
     return r == UMD_SUCCESS && w.code == UMD_ERR_INVALID_HANDLE && sentence && woke_ms < 1000 ? 0 : 7;
 }
 
+/* Another process while the long packet runs: opens device 0 (a file of its own on the kernel
+ * backend; fork's contract: docs/libumd.md "fork"), runs one high-priority fill and waits for
+ * it. Exit status 0 when everything succeeded. */
+static int other_process_job(void) {
+    umdDevice dev;
+    umdContext c;
+    umdBuffer b;
+    umdDevicePtr va;
+    umdCmdBuf cb;
+    umdFence f;
+    if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_HIGH, &c) != UMD_SUCCESS ||
+        umdMemAlloc(c, 4096, 0, &b) != UMD_SUCCESS || umdMemGetAddress(b, &va) != UMD_SUCCESS ||
+        umdCmdBufCreate(c, &cb) != UMD_SUCCESS || umdCmdBufBegin(cb) != UMD_SUCCESS ||
+        umdCmdFill(cb, va, 4096, 0x0be11e5u) != UMD_SUCCESS || umdCmdBufEnd(cb) != UMD_SUCCESS ||
+        umdSubmit(c, &cb, 1, NULL, 0, &f) != UMD_SUCCESS || umdFenceWait(&f, 30ull * 1000 * 1000 * 1000) != UMD_SUCCESS)
+        return 1;
+    return umdCmdBufDestroy(cb) == UMD_SUCCESS && umdMemFree(b) == UMD_SUCCESS && umdContextDestroy(c) == UMD_SUCCESS &&
+                   umdDeviceClose(dev) == UMD_SUCCESS
+               ? 0
+               : 1;
+}
+
 /* One legal GEMM far beyond the job timeout (1024 x 4096 x 4096, 17 G multiply-accumulates):
- * the driver must declare it hung within the job timeout plus a slack and reset, and another
- * context's high-priority work must complete meanwhile (hw-spec §6, "Long packets"). Checks
- * itself; prints the times. */
+ * the driver must declare it hung within the job timeout plus a slack and reset, and meanwhile
+ * another context's high-priority work must complete, and so must another process that opens
+ * the device and runs a high-priority job (hw-spec §6, "Long packets"). Checks itself; prints
+ * the times. */
 static int long_packet(long timeout_ms) {
     umdDevice dev;
     umdContext slow, fast;
@@ -185,6 +208,14 @@ static int long_packet(long timeout_ms) {
     umdResult rf = umdSubmit(fast, &cf, 1, NULL, 0, &ff);
     if (rf == UMD_SUCCESS) rf = umdFenceWait(&ff, 30ull * 1000 * 1000 * 1000);
     uint64_t t2 = now_us();
+    /* Another process, started while the GEMM still runs (the job timeout is not reached yet
+     * when the fill above took less than it). */
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) _exit(other_process_job());
+    int cst = -1;
+    if (child > 0) waitpid(child, &cst, 0);
+    uint64_t t2b = now_us();
     umdResult rg = umdFenceWait(&fg, 120ull * 1000 * 1000 * 1000);
     uint64_t t3 = now_us();
     umdContextState st;
@@ -192,13 +223,16 @@ static int long_packet(long timeout_ms) {
     st.struct_size = sizeof st;
     umdResult rs = umdContextGetState(slow, &st);
     long fast_ms = (long)((t2 - t1) / 1000), hang_ms = (long)((t3 - t0) / 1000), submit_ms = (long)((t0 - ts) / 1000);
+    long other_ms = (long)((t2b - t2) / 1000);
+    int other_ok = child > 0 && WIFEXITED(cst) && WEXITSTATUS(cst) == 0;
     say("high-priority fill", rf);
+    printf("short_process: another process's open and high-priority job %s\n", other_ok ? "UMD_SUCCESS" : "FAILED");
     say("long gemm", rg);
-    printf("short_process: the high-priority job took %ld ms; the long GEMM ended %ld ms after its submit returned (the submit took %ld ms; job timeout %ld ms), hung=%u\n",
-           fast_ms, hang_ms, submit_ms, timeout_ms, st.hung);
+    printf("short_process: the high-priority job took %ld ms, another process's open and job %ld ms; the long GEMM ended %ld ms after its submit returned (the submit took %ld ms; job timeout %ld ms), hung=%u\n",
+           fast_ms, other_ms, hang_ms, submit_ms, timeout_ms, st.hung);
     /* Slack: the watchdog's period and the reset, and emulation: the timeout plus 3 s. */
     int ok = rf == UMD_SUCCESS && rg == UMD_ERR_CTX_LOST && rs == UMD_SUCCESS && st.hung == 1 &&
-             hang_ms < timeout_ms + 3000 && fast_ms < timeout_ms + 3000;
+             hang_ms < timeout_ms + 3000 && fast_ms < timeout_ms + 3000 && other_ok && other_ms < timeout_ms + 3000;
     if (umdCmdBufDestroy(cg) != UMD_SUCCESS || umdCmdBufDestroy(cf) != UMD_SUCCESS || umdMemFree(small) != UMD_SUCCESS ||
         umdMemFree(cbuf) != UMD_SUCCESS || umdMemFree(ab) != UMD_SUCCESS || umdContextDestroy(fast) != UMD_SUCCESS ||
         umdContextDestroy(slow) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
