@@ -9,17 +9,14 @@
 //! all (the last 8). A pending dump does not pin the module (its buffer is owned by the kernel's
 //! devcoredump abstraction); it is removed when the device goes away.
 
-use kernel::{alloc::KVVec, devcoredump, device, drm, prelude::*};
+use kernel::{alloc::KVVec, devcoredump, device, prelude::*};
 
-use crate::{
-    driver::{AigpuDevice, AigpuDriver},
-    dump::Dumps,
-};
+use crate::{driver::AigpuDevice, dump::Dumps};
 
-/// The device a devcoredump of `drm` is filed under: its parent bus device.
+/// The device a devcoredump of `drm` is filed under: its parent bus device (the DRM parent is
+/// the plain `device::Device`, `driver::Parent`).
 fn failing_device(drm: &AigpuDevice) -> &device::Device {
-    let parent: &<AigpuDriver as drm::Driver>::ParentDevice<device::Normal> = drm.as_ref();
-    parent.as_ref()
+    drm.as_ref()
 }
 
 /// Publishes `text` as the devcoredump of the dumps' device (nothing before the device's first

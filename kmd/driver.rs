@@ -97,7 +97,8 @@ impl drm::Driver for AigpuDriver {
     type RegistrationData<'a> = ();
     type Object = Gem;
     type File = AigpuFile;
-    type ParentDevice<Ctx: device::DeviceContext> = Parent<Ctx>;
+    // The plain device: see `Parent`.
+    type ParentDevice<Ctx: device::DeviceContext> = device::Device<Ctx>;
 
     const INFO: drm::DriverInfo = drm::DriverInfo {
         major: uapi::version::DRIVER_VERSION.0 as i32,
@@ -115,36 +116,14 @@ impl drm::Driver for AigpuDriver {
 }
 
 /// The DRM parent of a virtual GPU: the bus device it is attached to, a PCI function
-/// (`pci.rs`) or a faux device ([`VirtualGpu`]).
+/// (`pci.rs`) or a faux device ([`VirtualGpu`]), as the plain `device::Device`.
 ///
-/// `drm::Driver::ParentDevice` is one bus type per driver, and this driver serves two buses with
-/// one DRM driver (one ioctl table, one GEM type, one file type). Nothing here needs the bus
-/// type of the parent, only its `struct device` (DMA, the DRM device's parent link, names), so
-/// the parent is the plain device, as a transparent wrapper that the DRM abstraction accepts.
-#[repr(transparent)]
-pub(crate) struct Parent<Ctx: device::DeviceContext = device::Normal>(device::Device<Ctx>);
-
-impl<Ctx: device::DeviceContext> AsRef<device::Device<Ctx>> for Parent<Ctx> {
-    fn as_ref(&self) -> &device::Device<Ctx> {
-        &self.0
-    }
-}
-
-// SAFETY: `Parent<Ctx>` is a `#[repr(transparent)]` wrapper of `device::Device<Ctx>`, itself a
-// transparent wrapper of `struct device`: the base `struct device` is at offset 0, and every
-// `struct device` (of any bus) is contained in a `Parent` that way.
-unsafe impl<Ctx: device::DeviceContext> device::AsBusDevice<Ctx> for Parent<Ctx> {
-    const OFFSET: usize = 0;
-}
-
-impl Parent<device::Bound> {
-    /// The parent view of a bound bus device.
-    fn of(dev: &device::Device<device::Bound>) -> &Self {
-        // SAFETY: every `device::Device` is contained in a `Parent` at offset 0 (see the
-        // `AsBusDevice` implementation).
-        unsafe { <Self as device::AsBusDevice<device::Bound>>::from_device(dev) }
-    }
-}
+/// `drm::Driver::ParentDevice` is one type per driver, and this driver serves two buses with one
+/// DRM driver (one ioctl table, one GEM type, one file type). Nothing here needs the bus type of
+/// the parent, only its `struct device` (DMA, the DRM device's parent link, names), and the
+/// kernel's base device is a valid parent of any bus (`device::AsBusDevice` for `Device`, the
+/// kernel patch series).
+pub(crate) type Parent<Ctx = device::Normal> = device::Device<Ctx>;
 
 /// Device numbers in use, one bit each (`aigpu<N>`, N < `MAX_DEVICES`), shared by both
 /// attachments: PCI functions take the lowest free number when they are probed, faux devices
@@ -238,7 +217,7 @@ impl<'a> Attached<'a> {
             gpu: gpu.clone(),
             _number: number,
         };
-        let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(Parent::of(dev), Ok(data))?;
+        let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(dev, Ok(data))?;
         // SAFETY: the registration is stored in `Attached` and never forgotten.
         let drm = unsafe { drm::Registration::new(dev, unreg, (), 0)? };
         // The device's debugfs files, in the DRM device's debugfs directory.

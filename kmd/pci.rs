@@ -11,8 +11,7 @@
 //! execution engine stays the device model of `hw.rs` on its kernel thread.
 
 use kernel::{
-    bindings,
-    device::{self, Core},
+    device::Core,
     dma::{self, Device as _},
     io::Io,
     irq, pci,
@@ -32,8 +31,9 @@ use crate::{
 /// QEMU's `edu` device: ids and the registers of BAR 0 this driver uses (QEMU's
 /// docs/specs/edu.rst).
 mod edu {
-    /// PCI vendor id (QEMU's own devices).
-    pub(super) const VENDOR: u32 = 0x1234;
+    /// PCI vendor id (QEMU's own devices; not a PCI-SIG assignment, so `pci::Vendor` has no
+    /// constant for it).
+    pub(super) const VENDOR: super::pci::Vendor = super::pci::Vendor::from_raw(0x1234);
     /// PCI device id of `edu`.
     pub(super) const DEVICE: u32 = 0x11e8;
     /// Size of BAR 0.
@@ -53,28 +53,11 @@ mod edu {
     pub(super) const LINE: u32 = 1;
 }
 
-/// `PCI_DEVICE(0x1234, 0x11e8)`.
-///
-/// `pci::Vendor` has no constant for 0x1234 (an id QEMU uses for its own devices, not one the
-/// PCI-SIG assigned) and no public constructor, so the id is built as the C table entry it wraps.
-const EDU_ID: pci::DeviceId = {
-    let raw = bindings::pci_device_id {
-        vendor: edu::VENDOR,
-        device: edu::DEVICE,
-        subvendor: !0,
-        subdevice: !0,
-        class: 0,
-        class_mask: 0,
-        driver_data: 0,
-        override_only: 0,
-    };
-    // SAFETY: `pci::DeviceId` is a `#[repr(transparent)]` wrapper of `struct pci_device_id` that
-    // adds no invariant (as its `RawDeviceId` implementation states), and `raw` is the entry
-    // `pci::DeviceId::from_id` builds for a vendor and device id.
-    unsafe { core::mem::transmute::<bindings::pci_device_id, pci::DeviceId>(raw) }
-};
-
-kernel::pci_device_table!(PCI_TABLE, <AigpuPci as pci::Driver>::IdInfo, [(EDU_ID, ())]);
+kernel::pci_device_table!(
+    PCI_TABLE,
+    <AigpuPci as pci::Driver>::IdInfo,
+    [(pci::DeviceId::from_id(edu::VENDOR, edu::DEVICE), ())]
+);
 
 /// The PCI driver: binds `edu` functions.
 pub(crate) struct AigpuPci;
@@ -148,35 +131,21 @@ impl Drop for SelfInterrupt {
     }
 }
 
-/// The function's memory decoding and bus mastering (MSI writes are bus-master writes),
-/// disabled again when dropped.
-struct Enabled<'a>(&'a pci::Device<device::Bound>);
-
-impl Drop for Enabled<'_> {
-    fn drop(&mut self) {
-        // `pci::Device` is `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`.
-        let pdev = core::ptr::from_ref(self.0).cast::<bindings::pci_dev>().cast_mut();
-        // SAFETY: `pdev` is the live `struct pci_dev` of the bound function, enabled by
-        // `pci_enable_device_mem` in `probe`, which created this guard after it succeeded; this
-        // is the matching disable (`pci::Device` has no method for it).
-        unsafe { bindings::pci_disable_device(pdev) };
-    }
-}
-
 /// A GPU on a PCI function: the driver data of a bound function.
 #[pin_data(PinnedDrop)]
 pub(crate) struct PciGpu<'bound> {
     // Field order is drop order; `PinnedDrop` first disconnects the MSI (the device raises the
     // self-interrupt from then on). Then: the MSI handler (`free_irq` waits for a running one),
     // the vectors, the self-interrupt for an MSI raised but not taken, the GPU (DRM device
-    // unplugged; the execution half stops when the last file is closed), enable state last.
+    // unplugged; the execution half stops when the last file is closed), and last the enable
+    // state (memory decoding and bus mastering: an MSI write is a bus-master write).
     #[pin]
     irq: irq::Registration<'bound, Msi>,
     vectors: pci::IrqVectorRegistration<'bound>,
     _self_irq: SelfInterrupt,
     gpu: Attached<'bound>,
     line: Arc<MsiLine>,
-    _enabled: Enabled<'bound>,
+    _enabled: pci::EnableGuard<'bound>,
 }
 
 #[pinned_drop]
@@ -197,8 +166,7 @@ impl pci::Driver for AigpuPci {
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         pin_init::pin_init_scope(move || {
             let (mem_total, cfg) = crate::gpu_params();
-            pdev.enable_device_mem()?;
-            let enabled = Enabled(pdev);
+            let enabled = pdev.enable_device_mem_guard()?;
             pdev.set_master();
             // SAFETY: nothing allocates or maps DMA memory for this function yet.
             unsafe { pdev.dma_set_mask_and_coherent(dma::DmaMask::new::<{ DMA_MASK_BITS }>())? };
@@ -248,7 +216,7 @@ impl pci::Driver for AigpuPci {
                         pdev,
                         "aigpu{}: PCI function {:04x}:{:04x}, MSI irq {}\n",
                         g.index,
-                        edu::VENDOR,
+                        edu::VENDOR.as_raw(),
                         edu::DEVICE,
                         irq_no.unwrap_or(0)
                     );
