@@ -4,10 +4,11 @@
 //! (one DRM device) per function.
 //!
 //! The function gives the GPU a place on a real bus (lspci and libdrm enumerate it; sysfs
-//! bind/unbind work) and a real interrupt line: the device model raises the function's MSI
-//! through edu's interrupt-raise register ([`MsiLine::raise`], called by `hw.rs` when the line
-//! goes high), and the MSI's `kernel::irq` handler ([`Msi`]) acknowledges edu and runs the top
-//! half ([`crate::hw::Hw::fire`]). edu's compute parts (factorial, DMA engine) are not used: the
+//! bind/unbind work) and a real interrupt line: the device model raises the function's
+//! interrupt (its MSI, or its INTx line where MSI is unavailable, e.g. with `pci=nomsi`) through
+//! edu's interrupt-raise register ([`MsiLine::raise`], called by `hw.rs` when the line goes
+//! high), and the `kernel::irq` handler ([`Interrupt`]) acknowledges edu and runs the top half
+//! ([`crate::hw::Hw::fire`]). edu's compute parts (factorial, DMA engine) are not used: the
 //! execution engine stays the device model of `hw.rs` on its kernel thread.
 
 use kernel::{
@@ -44,8 +45,9 @@ mod edu {
     pub(super) const ID_MAGIC: u32 = 0x00ed;
     /// Interrupt status: the OR of the values written to `INTR_RAISE` and not acknowledged.
     pub(super) const INTR_STATUS: usize = 0x24;
-    /// Interrupt raise: ORs the value into `INTR_STATUS` and raises the interrupt (the MSI when
-    /// the function's MSI is enabled, every time it is written).
+    /// Interrupt raise: ORs the value into `INTR_STATUS` and raises the interrupt: the MSI when
+    /// the function's MSI is enabled (every time it is written), else asserts INTx, which stays
+    /// asserted until `INTR_STATUS` is acknowledged to 0.
     pub(super) const INTR_RAISE: usize = 0x60;
     /// Interrupt acknowledge: clears the written bits of `INTR_STATUS`.
     pub(super) const INTR_ACK: usize = 0x64;
@@ -66,16 +68,16 @@ pub(crate) struct AigpuPci;
 /// and of its interrupt (`/proc/interrupts`).
 pub(crate) const NAME: &CStr = c"aigpu";
 
-/// The function's MSI as the device raises it: edu's BAR 0 and whether the GPU may still raise
-/// it.
+/// The function's interrupt as the device raises it, its MSI or, without MSI, its INTx line
+/// (edu raises whichever is enabled): edu's BAR 0 and whether the GPU may still raise it.
 pub(crate) struct MsiLine {
     bar: pci::DevresBar<{ edu::BAR_SIZE }>,
-    /// Cleared by [`MsiLine::disconnect`] before the MSI handler is freed.
+    /// Cleared by [`MsiLine::disconnect`] before the interrupt handler is freed.
     on: Atomic<bool>,
 }
 
 impl MsiLine {
-    /// Raises the MSI (any context, also hard-IRQ: an MMIO write under an RCU read lock).
+    /// Raises the interrupt (any context, also hard-IRQ: an MMIO write under an RCU read lock).
     /// False when disconnected or the BAR is gone (unbound): the caller delivers otherwise.
     pub(crate) fn raise(&self) -> bool {
         let Some(bar) = self.bar.try_access() else {
@@ -89,40 +91,51 @@ impl MsiLine {
         true
     }
 
-    /// Acknowledges edu's interrupt status (in the MSI handler).
-    fn ack(&self) {
-        if let Some(bar) = self.bar.try_access() {
-            let s = bar.read32(edu::INTR_STATUS);
-            if s != 0 {
-                bar.write32(s, edu::INTR_ACK);
-            }
+    /// Acknowledges edu's interrupt status (in the handler); false if it showed no interrupt:
+    /// none was raised since the last acknowledgement, the BAR is gone, or the function reads
+    /// all ones (it fell off the bus).
+    fn ack(&self) -> bool {
+        let Some(bar) = self.bar.try_access() else {
+            return false;
+        };
+        let s = bar.read32(edu::INTR_STATUS);
+        if s & edu::LINE == 0 || s == u32::MAX {
+            return false;
         }
+        // Acknowledging the last bit deasserts INTx (a level): no second interrupt for this one.
+        bar.write32(s, edu::INTR_ACK);
+        true
     }
 
-    /// Stops raising the MSI: once this returns no [`MsiLine::raise`] is under way or will
-    /// write the register.
+    /// Stops raising the interrupt: once this returns no [`MsiLine::raise`] is under way or
+    /// will write the register.
     fn disconnect(&self) {
         self.on.store(false, Release);
         rcu::synchronize_rcu();
     }
 }
 
-/// The MSI handler: the top half of the GPU attached to the function.
-struct Msi {
+/// The interrupt handler (MSI or INTx): the top half of the GPU attached to the function.
+struct Interrupt {
     gpu: Arc<Gpu>,
     line: Arc<MsiLine>,
 }
 
-impl irq::Handler for Msi {
+impl irq::Handler for Interrupt {
     fn handle(&self) -> irq::IrqReturn {
-        self.line.ack();
+        // edu's status says whether the interrupt is ours: an INTx line may be shared with other
+        // devices, whose interrupts must be left to their handlers. (An MSI whose cause the
+        // previous invocation already took finds 0 too; its top half ran then.)
+        if !self.line.ack() {
+            return irq::IrqReturn::None;
+        }
         self.gpu.hw.fire();
         irq::IrqReturn::Handled
     }
 }
 
-/// Delivers the GPU's line once through its self-interrupt when dropped: after the MSI handler
-/// is freed, an MSI raised but not yet taken must not be lost.
+/// Delivers the GPU's line once through its self-interrupt when dropped: after the interrupt
+/// handler is freed, an interrupt raised but not yet taken must not be lost.
 struct SelfInterrupt(Arc<Gpu>);
 
 impl Drop for SelfInterrupt {
@@ -134,13 +147,13 @@ impl Drop for SelfInterrupt {
 /// A GPU on a PCI function: the driver data of a bound function.
 #[pin_data(PinnedDrop)]
 pub(crate) struct PciGpu<'bound> {
-    // Field order is drop order; `PinnedDrop` first disconnects the MSI (the device raises the
-    // self-interrupt from then on). Then: the MSI handler (`free_irq` waits for a running one),
-    // the vectors, the self-interrupt for an MSI raised but not taken, the GPU (DRM device
+    // Field order is drop order; `PinnedDrop` first disconnects the interrupt (the device raises
+    // the self-interrupt from then on). Then: the handler (`free_irq` waits for a running one),
+    // the vectors, the self-interrupt for an interrupt raised but not taken, the GPU (DRM device
     // unplugged; the execution half stops when the last file is closed), and last the enable
     // state (memory decoding and bus mastering: an MSI write is a bus-master write).
     #[pin]
-    irq: irq::Registration<'bound, Msi>,
+    irq: irq::Registration<'bound, Interrupt>,
     vectors: pci::IrqVectorRegistration<'bound>,
     _self_irq: SelfInterrupt,
     gpu: Attached<'bound>,
@@ -184,40 +197,59 @@ impl pci::Driver for AigpuPci {
                 GFP_KERNEL,
             )?;
             let gpu = Attached::new(pdev.as_ref(), Number::take()?, mem_total, cfg)?;
-            let msi = pci::IrqTypes::default().with(pci::IrqType::Msi);
+            // MSI where the platform offers it, else INTx (`pci=nomsi`; a real board without MSI).
+            let types = pci::IrqTypes::default()
+                .with(pci::IrqType::Msi)
+                .with(pci::IrqType::Intx);
             Ok(try_pin_init!(PciGpu {
                 _enabled: enabled,
                 line,
                 _self_irq: SelfInterrupt(gpu.gpu().clone()),
                 gpu,
-                vectors: pdev.alloc_irq_vectors(1, 1, msi)?,
-                // SAFETY: (both unsafe operations below) `vectors` is initialised before this expression is evaluated
-                // (`try_pin_init!` initialises fields in the order written), lives at a pinned
-                // address and is dropped after `irq` (field order). The registration is a field
-                // of `PciGpu` and never forgotten.
-                irq <- unsafe {
-                    irq::Registration::new(
-                        (&*core::ptr::from_ref(vectors)).index(0)?.into(),
-                        irq::Flags::TRIGGER_NONE,
-                        NAME,
-                        Ok::<_, Error>(Msi {
-                            gpu: gpu.gpu().clone(),
-                            line: line.clone(),
-                        }),
-                    )
+                vectors: pdev.alloc_irq_vectors(1, 1, types)?,
+                irq <- {
+                    // SAFETY: `vectors` is initialised before this expression is evaluated
+                    // (`try_pin_init!` initialises fields in the order written), lives at a
+                    // pinned address and is dropped after `irq` (field order), so it outlives
+                    // the registration that borrows it.
+                    let vector = unsafe { &*core::ptr::from_ref(vectors) }.index(0)?;
+                    // An INTx line may be shared with other functions' (the handler tells its
+                    // own interrupts apart by edu's status); an MSI is the function's alone.
+                    let flags = match vector.irq_type() {
+                        pci::IrqType::Intx => irq::Flags::SHARED,
+                        pci::IrqType::Msi | pci::IrqType::MsiX => irq::Flags::TRIGGER_NONE,
+                    };
+                    // SAFETY: the registration is a field of `PciGpu` and never forgotten.
+                    unsafe {
+                        irq::Registration::new(
+                            vector.into(),
+                            flags,
+                            NAME,
+                            Ok::<_, Error>(Interrupt {
+                                gpu: gpu.gpu().clone(),
+                                line: line.clone(),
+                            }),
+                        )
+                    }
                 },
                 _: {
                     let g = gpu.gpu();
                     if !g.hw.connect_msi(line.clone()) {
                         return Err(EBUSY);
                     }
+                    let kind = match vectors.irq_type() {
+                        pci::IrqType::Intx => "INTx",
+                        pci::IrqType::Msi => "MSI",
+                        pci::IrqType::MsiX => "MSI-X",
+                    };
                     let irq_no = vectors.index(0).map(|v| irq::IrqRequest::from(v).irq());
                     dev_info!(
                         pdev,
-                        "aigpu{}: PCI function {:04x}:{:04x}, MSI irq {}\n",
+                        "aigpu{}: PCI function {:04x}:{:04x}, {} irq {}\n",
                         g.index,
                         edu::VENDOR.as_raw(),
                         edu::DEVICE,
+                        kind,
                         irq_no.unwrap_or(0)
                     );
                 },

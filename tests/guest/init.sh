@@ -147,6 +147,59 @@ if grep -q 'aigpu.tools=1' /proc/cmdline; then
   poweroff -f
 fi
 
+# INTx mode (scripts/run-guest.sh with GUEST_MODE=intx, booted with `pci=nomsi acpi=noirq`):
+# without MSI aigpu takes the edu function's INTx line (docs/kmd.md, "Attachments"). Its probe
+# line says INTx, /proc/interrupts has one IO-APIC (not MSI) line naming aigpu, whose count grows
+# with completed jobs (pci_test with PCI_TEST_IRQ=intx); the line is gone after an unbind and
+# back after a bind; then rmmod and kmemleak.
+if grep -q 'aigpu.intx=1' /proc/cmdline; then
+  irc=0
+  intx_fail() { echo "GUEST: FAIL intx: $*"; irc=1; }
+  fn=
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor")" = 0x1234 ] && [ "$(cat "$d/device")" = 0x11e8 ] && fn=${d##*/}
+  done
+  dmesg -c >/dev/null
+  if [ -z "$fn" ]; then
+    intx_fail "no edu function in the guest (GUEST_PCI=0?)"
+  elif ! insmod /lib/modules/aigpu.ko $PARAMS; then
+    intx_fail "insmod aigpu.ko $PARAMS"
+  else
+    probe=$(dmesg | grep "aigpu $fn: aigpu0: PCI function 1234:11e8, ")
+    echo "GUEST: intx probe line: $probe"
+    case $probe in
+      *", INTx irq "[1-9]*) echo "GUEST: ok intx probe line" ;;
+      *) intx_fail "no probe line 'aigpu $fn: aigpu0: PCI function 1234:11e8, INTx irq N'" ;;
+    esac
+    line=$(grep " aigpu\$" /proc/interrupts)
+    echo "GUEST: intx /proc/interrupts: $(echo "$line" | tr -s ' ')"
+    if [ "$(grep -c " aigpu\$" /proc/interrupts)" = 1 ] && echo "$line" | grep -q "IO-APIC" &&
+       ! echo "$line" | grep -q "MSI"; then
+      echo "GUEST: ok intx one IO-APIC line naming aigpu"
+    else
+      intx_fail "want one IO-APIC (not MSI) line naming aigpu in /proc/interrupts"
+    fi
+    PCI_TEST_IRQ=intx /bin/pci_test "$fn" 16 || irc=1
+    echo "$fn" >/sys/bus/pci/drivers/aigpu/unbind || intx_fail "unbind $fn"
+    grep -q " aigpu\$" /proc/interrupts && intx_fail "an aigpu line in /proc/interrupts after unbind"
+    echo "$fn" >/sys/bus/pci/drivers/aigpu/bind || intx_fail "bind $fn"
+    PCI_TEST_IRQ=intx /bin/pci_test "$fn" 4 || irc=1
+    rmmod aigpu || intx_fail "rmmod aigpu"
+  fi
+  if [ -e /sys/kernel/debug/kmemleak ]; then
+    sleep 6
+    echo scan > /sys/kernel/debug/kmemleak
+    sleep 1
+    echo scan > /sys/kernel/debug/kmemleak
+    leaks=$(cat /sys/kernel/debug/kmemleak)
+    if [ -n "$leaks" ]; then echo "GUEST: kmemleak report:"; echo "$leaks"; irc=1; else echo "GUEST: kmemleak clean"; fi
+  fi
+  echo "GUEST: intx checks exit $irc"
+  echo "GUEST: TEST_RC=$irc"
+  echo "GUEST: DONE"
+  poweroff -f
+fi
+
 # Before the module was ever loaded.
 trc=0
 if [ -x /bin/umd-smi ]; then
