@@ -81,6 +81,23 @@ if grep -q 'aigpu.profile=' /proc/cmdline; then
   poweroff -f
 fi
 
+# kmemleak's verdict (debug kernels): it reports only objects older than 5 s, so wait, and scan
+# twice (the second scan confirms). Prints the report or "clean"; status 1 on a leak.
+kmemleak_check() {
+  [ -e /sys/kernel/debug/kmemleak ] || return 0
+  sleep 6
+  echo scan > /sys/kernel/debug/kmemleak
+  sleep 1
+  echo scan > /sys/kernel/debug/kmemleak
+  leaks=$(cat /sys/kernel/debug/kmemleak)
+  if [ -n "$leaks" ]; then
+    echo "GUEST: kmemleak report:"
+    echo "$leaks"
+    return 1
+  fi
+  echo "GUEST: kmemleak clean"
+}
+
 # ---- The UAPI fuzzer and process-level faults (docs/kmd.md, "Fuzzing") ----
 # fuzz_seeds PARAMS SECS SEED...: with the module loaded with PARAMS, tests/fuzz/aigpu_fuzz as an
 # unprivileged user (uid 65534; the render nodes made 0666 first, as a desktop's uaccess rule
@@ -123,14 +140,7 @@ if grep -q 'aigpu.fuzz=1' /proc/cmdline; then
   FSECS=$(sed -n 's/.*aigpu.fuzz_secs=\([0-9]*\).*/\1/p' /proc/cmdline)
   # shellcheck disable=SC2086
   fuzz_seeds "$UMD_PARAMS" "${FSECS:-60}" ${FSEEDS:-1}
-  if [ -e /sys/kernel/debug/kmemleak ]; then
-    sleep 6
-    echo scan > /sys/kernel/debug/kmemleak
-    sleep 1
-    echo scan > /sys/kernel/debug/kmemleak
-    leaks=$(cat /sys/kernel/debug/kmemleak)
-    if [ -n "$leaks" ]; then echo "GUEST: kmemleak report:"; echo "$leaks"; frc=1; else echo "GUEST: kmemleak clean"; fi
-  fi
+  kmemleak_check || frc=1
   echo "GUEST: TEST_RC=$frc"
   echo "GUEST: DONE"
   poweroff -f
@@ -186,14 +196,7 @@ if grep -q 'aigpu.intx=1' /proc/cmdline; then
     PCI_TEST_IRQ=intx /bin/pci_test "$fn" 4 || irc=1
     rmmod aigpu || intx_fail "rmmod aigpu"
   fi
-  if [ -e /sys/kernel/debug/kmemleak ]; then
-    sleep 6
-    echo scan > /sys/kernel/debug/kmemleak
-    sleep 1
-    echo scan > /sys/kernel/debug/kmemleak
-    leaks=$(cat /sys/kernel/debug/kmemleak)
-    if [ -n "$leaks" ]; then echo "GUEST: kmemleak report:"; echo "$leaks"; irc=1; else echo "GUEST: kmemleak clean"; fi
-  fi
+  kmemleak_check || irc=1
   echo "GUEST: intx checks exit $irc"
   echo "GUEST: TEST_RC=$irc"
   echo "GUEST: DONE"
@@ -599,21 +602,7 @@ fuzz_seeds "$UMD_PARAMS" 20 "$rseed"
 echo "GUEST: fuzz and procfault exit $frc"
 [ $frc = 0 ] || rc=1
 
-if [ -e /sys/kernel/debug/kmemleak ]; then
-  # kmemleak only reports objects older than 5 s; scan twice (the second scan confirms).
-  sleep 6
-  echo scan > /sys/kernel/debug/kmemleak
-  sleep 1
-  echo scan > /sys/kernel/debug/kmemleak
-  leaks=$(cat /sys/kernel/debug/kmemleak)
-  if [ -n "$leaks" ]; then
-    echo "GUEST: kmemleak report:"
-    echo "$leaks"
-    rc=1
-  else
-    echo "GUEST: kmemleak clean"
-  fi
-fi
+kmemleak_check || rc=1
 [ "$src" = 0 ] || rc=1
 echo "GUEST: TEST_RC=$rc"
 echo "GUEST: uptime at end $(cut -d' ' -f1 /proc/uptime)s"
