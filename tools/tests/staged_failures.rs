@@ -4,6 +4,15 @@
 //! recorded machine without the kernel module; the verdict's layers and the first findings'
 //! fields (kind, context, call, packet, address, size, buffer, culprit, innocent contexts,
 //! setting, fix) must be exactly the expected ones.
+//!
+//! Two switches make the same binary run in the QEMU guest (tests/guest/init.sh) against the real
+//! aigpu.ko: `STAGED_BIN_DIR` names a directory holding the prebuilt programs (`staged-<name>`,
+//! scripts/build-guest-umd.sh) and `umd-smi`, instead of compiling them with `cc` (the guest has
+//! none); `STAGED_LIVE=1` makes `umd-smi triage` read the real machine (its sysfs, debugfs,
+//! dmesg) instead of the recorded one; `STAGED_MODULE` (the insmod arguments) reloads aigpu
+//! before each kernel-side case. The kernel-side cases (`needs live` in their `.expect`)
+//! run only in live mode with aigpu loaded; the simulator's cases run on the host only (the
+//! recorded machine is part of what they assert). The `.expect` files are compiled in.
 
 #[path = "../../umd/tests/c_util.rs"]
 mod c_util;
@@ -13,7 +22,32 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SMI: &str = env!("CARGO_BIN_EXE_umd-smi");
+/// `STAGED_BIN_DIR`: the directory of prebuilt `staged-<name>` programs and `umd-smi`.
+fn bin_dir() -> Option<PathBuf> {
+    std::env::var_os("STAGED_BIN_DIR").map(PathBuf::from)
+}
+
+/// `STAGED_LIVE=1`: triage reads this machine, not the recorded one.
+fn live() -> bool {
+    std::env::var_os("STAGED_LIVE").is_some_and(|v| v == "1")
+}
+
+fn smi() -> PathBuf {
+    match bin_dir() {
+        Some(d) => d.join("umd-smi"),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_umd-smi")),
+    }
+}
+
+/// The text of `tests/triage/<case>.expect`, compiled in (the guest has no source tree).
+macro_rules! expect_text {
+    ($case:literal) => {
+        (
+            $case,
+            include_str!(concat!("../../tests/triage/", $case, ".expect")),
+        )
+    };
+}
 
 /// One `.expect` file.
 struct Expect {
@@ -22,6 +56,15 @@ struct Expect {
     exit: i32,
     /// (layer as in verdict.json, finding index, expectation).
     layers: Vec<(String, usize, Want)>,
+    /// `needs live`: a kernel-side case, run only in live mode with aigpu loaded.
+    live: bool,
+    /// `user N`: the program runs as uid and gid N.
+    user: Option<u32>,
+    /// `render_node_mode 0600`: every render node gets this mode for the case (restored after).
+    render_node_mode: Option<u32>,
+    /// `inject_uapi_version 2.0`: QUERY reports this UAPI version for the case (debugfs, `0`
+    /// after).
+    inject_uapi_version: Option<String>,
 }
 
 enum Want {
@@ -59,13 +102,16 @@ fn pairs(s: &str) -> Vec<(String, String, bool)> {
     out
 }
 
-fn parse(path: &Path) -> Expect {
-    let text = std::fs::read_to_string(path).expect("read .expect");
+fn parse(text: &str) -> Expect {
     let mut e = Expect {
         program: String::new(),
         env: Vec::new(),
         exit: 0,
         layers: Vec::new(),
+        live: false,
+        user: None,
+        render_node_mode: None,
+        inject_uapi_version: None,
     };
     for line in text
         .lines()
@@ -82,6 +128,15 @@ fn parse(path: &Path) -> Expect {
                     .collect()
             }
             "exit" => e.exit = rest.parse().expect("exit status"),
+            "needs" => {
+                assert_eq!(rest, "live", "needs: only `live`");
+                e.live = true
+            }
+            "user" => e.user = Some(rest.parse().expect("uid")),
+            "render_node_mode" => {
+                e.render_node_mode = Some(u32::from_str_radix(rest, 8).expect("octal mode"))
+            }
+            "inject_uapi_version" => e.inject_uapi_version = Some(rest.to_string()),
             layer => {
                 let (layer, index) = match layer.split_once('+') {
                     Some((l, n)) => (l, n.parse().expect("finding index")),
@@ -100,6 +155,11 @@ fn parse(path: &Path) -> Expect {
 }
 
 fn program(name: &str) -> PathBuf {
+    if let Some(d) = bin_dir() {
+        let exe = d.join(format!("staged-{name}"));
+        assert!(exe.exists(), "{} is not staged", exe.display());
+        return exe;
+    }
     let exe = c_util::out_dir().join(format!("staged-{name}"));
     let o = c_util::compile(&format!("tests/triage/{name}.c"), &exe, &["-std=c11"]);
     assert!(
@@ -122,14 +182,141 @@ fn value_matches(v: &Value, want: &str, sub: bool) -> bool {
     }
 }
 
-/// Runs one staged failure and checks its verdict.
-fn staged(case: &str) {
-    let expect = parse(&c_util::root().join(format!("tests/triage/{case}.expect")));
+/// The machine state a kernel-side case sets up, put back when dropped (a failed case too).
+#[derive(Default)]
+struct Staging {
+    /// (render node, its mode before).
+    modes: Vec<(PathBuf, u32)>,
+    /// debugfs `inject_uapi_version` files written.
+    versions: Vec<PathBuf>,
+}
+
+impl Staging {
+    fn new(e: &Expect) -> Staging {
+        use std::os::unix::fs::PermissionsExt;
+        let mut s = Staging::default();
+        if let Some(mode) = e.render_node_mode {
+            // The guest's render nodes are all aigpu's.
+            for n in glob_dir("/dev/dri", |f| f.starts_with("renderD")) {
+                let was = std::fs::metadata(&n)
+                    .expect("stat render node")
+                    .permissions()
+                    .mode();
+                s.modes.push((n.clone(), was & 0o7777));
+                common::set_mode(&n, mode);
+            }
+            assert!(!s.modes.is_empty(), "no render node to chmod");
+        }
+        if let Some(v) = &e.inject_uapi_version {
+            // Every device at once: libumd reports the mismatch only when no node is usable.
+            for d in glob_dir("/sys/kernel/debug/dri", |_| true) {
+                let f = d.join("inject_uapi_version");
+                if f.exists() {
+                    std::fs::write(&f, v).unwrap_or_else(|e| panic!("write {}: {e}", f.display()));
+                    s.versions.push(f);
+                }
+            }
+            assert!(
+                !s.versions.is_empty(),
+                "no debugfs inject_uapi_version file"
+            );
+        }
+        s
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        for (n, mode) in &self.modes {
+            common::set_mode(n, *mode);
+        }
+        for f in &self.versions {
+            let _ = std::fs::write(f, "0");
+        }
+    }
+}
+
+/// The entries of `dir` whose file name passes `keep`, sorted.
+fn glob_dir(dir: &str, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .filter(|e| keep(&e.file_name().to_string_lossy()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `STAGED_MODULE="<path to aigpu.ko> <parameters>"`: every kernel-side case starts on a freshly
+/// loaded module (rmmod, insmod), so the one before leaves no crash dump or banned context in
+/// the machine triage reads.
+fn reload_module() {
+    let Some(m) = std::env::var("STAGED_MODULE")
+        .ok()
+        .filter(|m| !m.is_empty())
+    else {
+        return;
+    };
+    let st = Command::new("rmmod")
+        .arg("aigpu")
+        .status()
+        .expect("run rmmod");
+    assert!(st.success(), "rmmod aigpu failed");
+    let st = Command::new("insmod")
+        .args(m.split(' '))
+        .status()
+        .expect("run insmod");
+    assert!(st.success(), "insmod {m} failed");
+}
+
+/// Live mode changes the machine for a case (render node modes, the injected UAPI version) and
+/// the kernel's log is shared: one case at a time.
+static LIVE_ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs one staged failure and checks its verdict (the simulator's cases on the host, the
+/// kernel-side ones in live mode with aigpu loaded; the others are skipped with a line saying
+/// why).
+fn staged((case, text): (&str, &str)) {
+    let expect = parse(text);
+    let loaded = Path::new("/sys/module/aigpu").exists();
+    if expect.live && !(live() && loaded) {
+        eprintln!("{case} skipped: needs STAGED_LIVE=1 and aigpu loaded");
+        return;
+    }
+    if !expect.live && live() {
+        eprintln!("{case} skipped: a case of the recorded machine (not STAGED_LIVE)");
+        return;
+    }
+    let _one = live().then(|| LIVE_ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()));
+    if expect.live {
+        reload_module();
+    }
     let exe = program(&expect.program);
     let dir = common::scratch(case);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).expect("log dir");
+    let staging = Staging::new(&expect);
     let mut c = Command::new(&exe);
+    if let Some(id) = expect.user {
+        use std::os::unix::process::CommandExt;
+        // Its log directory must be its own to write.
+        common::set_mode(&logs, 0o1777);
+        // By hand rather than Command::uid: in the guest, std's setgroups before setuid fails
+        // the spawn (EAFNOSUPPORT). The supplementary groups are dropped where the kernel lets
+        // us; the node's mode (0600) gives its group nothing in any case.
+        unsafe {
+            c.pre_exec(move || {
+                libc::setgroups(0, std::ptr::null());
+                if libc::setgid(id) != 0 || libc::setuid(id) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     for (k, _) in std::env::vars() {
         if k.starts_with("UMD_") {
             c.env_remove(k);
@@ -150,30 +337,51 @@ fn staged(case: &str) {
         Some(expect.exit),
         "{case}: exit status\n{stderr}"
     );
-    // The machine: the recorded one without the kernel module (the simulator needs none).
-    let machine = common::machine("not-loaded");
-    let o = Command::new(SMI)
-        .env_clear()
-        .args([
-            "triage",
-            "--json",
-            "--no-archive",
-            "--now",
-            "2026-12-02T02:00:00Z",
-        ])
-        .arg("--root")
-        .arg(machine.join("root"))
-        .arg("--dmesg")
-        .arg(machine.join("dmesg.txt"))
+    let mut t = Command::new(smi());
+    t.env_clear().args(["triage", "--json", "--no-archive"]);
+    // The machine: this one in live mode, else the recorded one without the kernel module (the
+    // simulator needs none).
+    let _machine = (!live()).then(|| {
+        let m = common::machine("not-loaded");
+        t.args(["--now", "2026-12-02T02:00:00Z"])
+            .arg("--root")
+            .arg(m.join("root"))
+            .arg("--dmesg")
+            .arg(m.join("dmesg.txt"));
+        m
+    });
+    if live() {
+        t.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    }
+    let o = t
         .arg("--log-dir")
         .arg(&logs)
         .arg("-o")
         .arg(dir.join("out"))
         .output()
         .expect("run umd-smi triage");
+    // The machine stays broken while triage looks at it, as the on-call engineer finds it.
+    drop(staging);
     let screen = String::from_utf8_lossy(&o.stdout).into_owned();
     let json: Value =
         serde_json::from_str(&screen).unwrap_or_else(|e| panic!("{case}: {e}\n{screen}"));
+    if live() {
+        // The guest's serial log keeps what the on-call engineer would have seen.
+        let shown: Vec<String> = json["verdict"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                let mut l = l.clone();
+                for f in l["findings"].as_array_mut().into_iter().flatten() {
+                    f["evidence"] = Value::Null;
+                }
+                l["evidence"] = Value::Null;
+                format!("staged {case}: {l}")
+            })
+            .collect();
+        eprintln!("{}", shown.join("\n"));
+    }
     let layers = json["verdict"].as_array().expect("verdict layers");
     for (layer, index, want) in &expect.layers {
         let l = layers
@@ -211,48 +419,48 @@ fn staged(case: &str) {
 
 #[test]
 fn use_after_free_through_a_replayed_command_buffer() {
-    staged("use_after_free");
+    staged(expect_text!("use_after_free"));
 }
 
 #[test]
 fn out_of_bounds_write_with_an_innocent_second_context() {
-    staged("oob_write");
+    staged(expect_text!("oob_write"));
 }
 
 #[test]
 fn page_fault_with_an_innocent_second_context() {
-    staged("page_fault");
+    staged(expect_text!("page_fault"));
 }
 
 #[test]
 fn hang_with_the_default_timeout() {
-    staged("hang");
+    staged(expect_text!("hang"));
 }
 
 #[test]
 fn job_timeout_set_too_short_is_configuration() {
-    staged("short_timeout");
+    staged(expect_text!("short_timeout"));
 }
 
 #[test]
 fn leak_with_a_normal_exit() {
-    staged("leak");
+    staged(expect_text!("leak"));
 }
 
 #[test]
 fn out_of_memory_caused_by_another_context() {
-    staged("oom");
+    staged(expect_text!("oom"));
 }
 
 #[test]
 fn memory_error_then_failed_reset_is_hardware() {
-    staged("mem_error");
+    staged(expect_text!("mem_error"));
 }
 
 /// The cases that need a machine without aigpu loaded (the guest has it).
-fn staged_without_module(case: &str) {
+fn staged_without_module(case: (&str, &str)) {
     if Path::new("/sys/module/aigpu").exists() {
-        eprintln!("{case} skipped: aigpu is loaded here");
+        eprintln!("{} skipped: aigpu is loaded here", case.0);
         return;
     }
     staged(case);
@@ -260,17 +468,37 @@ fn staged_without_module(case: &str) {
 
 #[test]
 fn module_not_loaded() {
-    staged_without_module("module_not_loaded");
+    staged_without_module(expect_text!("module_not_loaded"));
 }
 
 #[test]
 fn memory_size_set_too_small_is_configuration() {
-    staged("small_memory");
+    staged(expect_text!("small_memory"));
 }
 
 #[test]
 fn module_not_loaded_and_the_automatic_fallback() {
-    staged_without_module("module_not_loaded_auto");
+    staged_without_module(expect_text!("module_not_loaded_auto"));
+}
+
+#[test]
+fn permission_denied_on_the_render_node() {
+    staged(expect_text!("permission_denied"));
+}
+
+#[test]
+fn kernel_uapi_this_libumd_cannot_drive() {
+    staged(expect_text!("uapi_mismatch"));
+}
+
+#[test]
+fn page_fault_on_the_kernel_backend_with_an_innocent_second_context() {
+    staged(expect_text!("page_fault_kmd"));
+}
+
+#[test]
+fn hang_on_the_kernel_backend() {
+    staged(expect_text!("hang_kmd"));
 }
 
 #[test]
