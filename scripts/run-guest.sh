@@ -16,7 +16,7 @@
 # out/guest/tools-<flavor>.log),
 # GUEST_MODE=fuzz (only the UAPI fuzzer, docs/kmd.md "Fuzzing": log out/guest/fuzz-<flavor>.log;
 # GUEST_FUZZ_SEEDS="S1 S2 ..." and GUEST_FUZZ_SECS (per seed) go to the kernel command line),
-# GUEST_MODE=intx (only the INTx fallback's checks: the guest boots with `pci=nomsi acpi=noirq`,
+# GUEST_MODE=intx (only the INTx fallback's checks: the guest boots with `pci=nomsi`,
 # so aigpu.ko takes the edu function's INTx line; docs/kmd.md "Attachments"; log
 # out/guest/intx-<flavor>.log),
 # GUEST_PCI (default 1): 1 gives the guest QEMU's `edu` PCI function (1234:11e8), which aigpu.ko
@@ -59,10 +59,13 @@ cmdline="console=ttyS0 panic=-1 oops=panic loglevel=7"
 [ "$FLAVOR" = debug ] && cmdline+=" kmemleak=on no5lvl"
 [ "$MODE" = bench ] && cmdline+=" aigpu.bench=1${GUEST_BENCH_ARGS:+ aigpu.bench_args=$(echo "$GUEST_BENCH_ARGS" | tr ' ' ,)}"
 [ "$MODE" = tools ] && cmdline+=" aigpu.tools=1"
-# pci=nomsi: no MSI, so the driver falls back to INTx. acpi=noirq: the legacy line is routed by
-# the firmware's MP table instead of ACPI, whose _PRT method does not finish within ACPICA's
-# 30 s loop timeout in the KASAN guest under TCG ("can't derive routing for PCI INT A").
-[ "$MODE" = intx ] && cmdline+=" pci=nomsi acpi=noirq aigpu.intx=1"
+# acpi=noirq (with the PCI function): legacy PCI interrupts are routed by the firmware's MP table
+# instead of ACPI, whose _PRT method does not finish within ACPICA's 30 s loop timeout in the
+# KASAN guest under TCG: every bind of the function (each module load) waited 30 s for it and
+# then had no INTx line ("can't derive routing for PCI INT A"). MSI does not use the route.
+[ "${GUEST_PCI:-1}" = 1 ] && cmdline+=" acpi=noirq"
+# pci=nomsi: no MSI, so the driver falls back to INTx.
+[ "$MODE" = intx ] && cmdline+=" pci=nomsi aigpu.intx=1"
 [ "$MODE" = fuzz ] && cmdline+=" aigpu.fuzz=1 aigpu.fuzz_seeds=$(echo "${GUEST_FUZZ_SEEDS:-1}" | tr ' ' ,) aigpu.fuzz_secs=${GUEST_FUZZ_SECS:-60}"
 
 # Lockdep: its reports are headed `WARNING: ...` (circular / recursive locking, inconsistent lock
