@@ -2,8 +2,9 @@
 # Kernel half of the project's test command: toolchain -> guest kernel -> aigpu.ko -> dkms build
 # and install (scripts/test-dkms.sh) -> initramfs
 # -> QEMU boot running the in-guest suite (kmd_test, plus the UMD's backend conformance tests
-# staged by scripts/build-guest-umd.sh unless AIGPU_SKIP_GUEST_UMD=1). Prints the time of every
-# step.
+# staged by scripts/build-guest-umd.sh unless AIGPU_SKIP_GUEST_UMD=1), then a short second boot
+# without MSI for the INTx fallback's checks (GUEST_MODE=intx; skipped with GUEST_PCI=0). Prints
+# the time of every step.
 #
 #   scripts/test-kmd.sh [debug|base]        (default: debug = KASAN, kmemleak, lockdep,
 #                                            atomic-sleep; the flavour the tests are meant for)
@@ -56,4 +57,10 @@ step "initramfs"
 rc=0
 "$HERE/run-guest.sh" "$kdir" "$FLAVOR" || rc=$?
 step "guest run"
+# The INTx fallback needs a boot of its own (MSI is off for a whole boot: `pci=nomsi`): a short
+# second guest with the PCI function, checks only (docs/kmd.md, "Attachments").
+if [ "${GUEST_PCI:-1}" != 0 ]; then
+  GUEST_MODE=intx "$HERE/run-guest.sh" "$kdir" "$FLAVOR" || rc=1
+  step "guest run (INTx, pci=nomsi)"
+fi
 exit $rc
