@@ -97,8 +97,7 @@ impl drm::Driver for AigpuDriver {
     type RegistrationData<'a> = ();
     type Object = Gem;
     type File = AigpuFile;
-    // The plain device: see `Parent`.
-    type ParentDevice<Ctx: device::DeviceContext> = device::Device<Ctx>;
+    type ParentDevice<Ctx: device::DeviceContext> = Parent<Ctx>;
 
     const INFO: drm::DriverInfo = drm::DriverInfo {
         major: uapi::version::DRIVER_VERSION.0 as i32,

@@ -510,9 +510,9 @@ pub(crate) fn bind_ioctl(dev: &RegDevice, req: &mut uioctl::VmBind, file: &DrmFi
         size: req.size,
         access: req.access,
     };
-    let parent: &crate::driver::Parent<kernel::device::Bound> = dev.as_ref();
+    let parent: &crate::driver::Parent<device::Bound> = dev.as_ref();
     let f = file.inner();
-    f.vm.lock().bind(parent.as_ref(), obj, &args)?;
+    f.vm.lock().bind(parent, obj, &args)?;
     f.stats.mappings.fetch_add(1, kernel::sync::atomic::Relaxed);
     Ok(())
 }
