@@ -236,6 +236,17 @@ impl Drop for Staging {
     }
 }
 
+/// The user name of `uid` in /etc/passwd (su takes a name).
+fn user_name(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == uid.to_string())
+        .map(|f| f[0].to_string())
+        .unwrap_or_else(|| panic!("no user of uid {uid} in /etc/passwd"))
+}
+
 /// The entries of `dir` whose file name passes `keep`, sorted.
 fn glob_dir(dir: &str, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -299,24 +310,20 @@ fn staged((case, text): (&str, &str)) {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).expect("log dir");
     let staging = Staging::new(&expect);
-    let mut c = Command::new(&exe);
-    if let Some(id) = expect.user {
-        use std::os::unix::process::CommandExt;
-        // Its log directory must be its own to write.
-        common::set_mode(&logs, 0o1777);
-        // By hand rather than Command::uid: in the guest, std's setgroups before setuid fails
-        // the spawn (EAFNOSUPPORT). The supplementary groups are dropped where the kernel lets
-        // us; the node's mode (0600) gives its group nothing in any case.
-        unsafe {
-            c.pre_exec(move || {
-                libc::setgroups(0, std::ptr::null());
-                if libc::setgid(id) != 0 || libc::setuid(id) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+    let mut c = match expect.user {
+        // Through su (busybox's in the guest): std's own uid switch forks with a socket pair the
+        // guest's kernel cannot make (no AF_UNIX: EAFNOSUPPORT). `-m` keeps the environment
+        // given below; the program stands in for the shell.
+        Some(id) => {
+            let name = user_name(id);
+            // Its log directory must be its own to write.
+            common::set_mode(&logs, 0o1777);
+            let mut c = Command::new("su");
+            c.arg("-m").arg("-s").arg(&exe).arg(name);
+            c
         }
-    }
+        None => Command::new(&exe),
+    };
     for (k, _) in std::env::vars() {
         if k.starts_with("UMD_") {
             c.env_remove(k);
