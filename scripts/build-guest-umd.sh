@@ -18,6 +18,9 @@
 #                             table against the real module in bench mode
 #   bin/umd-smi, bin/umd-log  the triage tools (tools/), run against the real module by
 #                             tests/guest/tools_test.sh
+#   bin/staged_failures       the staged failures' checks (tools/tests/staged_failures.rs), run
+#   bin/staged-<name>         with STAGED_BIN_DIR=/bin STAGED_LIVE=1: the programs of
+#                             tests/triage, their verdicts on the real module and machine
 #   lib/                      libumd.so(.1) and every shared library those programs load, with
 #                             the dynamic loader, so the guest needs no distribution
 # The binaries are the same ones the host runs on the simulator: one source, two backends.
@@ -49,6 +52,14 @@ for t in "${tests[@]}"; do
   cp "$exe" "$OUT/bin/$t"
 done
 rm -f "$OUT/tests.txt"
+staged=$(cargo test --release -q -p aigpu-tools --test staged_failures --no-run --message-format=json \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="staged_failures":
+        print(m["executable"])')
+[ -x "$staged" ] || { echo "build-guest-umd: staged_failures test binary not found" >&2; exit 1; }
+cp "$staged" "$OUT/bin/staged_failures"
 bench=$(cargo bench -q -p umd --bench pool --no-run --message-format=json \
   | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -63,6 +74,10 @@ for prog in tests/c/abi_test.c tests/c/short_process.c tests/c/dependency.c test
   name=$(basename "$prog" .c)
   cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/$name" "$prog" \
      -Ltarget/release -lumd -ldl -lpthread -Wl,-rpath,/lib
+done
+for prog in tests/triage/*.c; do
+  cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -o "$OUT/bin/staged-$(basename "$prog" .c)" "$prog" \
+     -Ltarget/release -lumd -Wl,-rpath,/lib
 done
 cp target/release/libumd.so "$OUT/lib/libumd.so"
 ln -sf libumd.so "$OUT/lib/libumd.so.1"

@@ -146,12 +146,32 @@ if grep -q 'aigpu.fuzz=1' /proc/cmdline; then
   poweroff -f
 fi
 
+# The staged failures (tests/triage, tools/tests/staged_failures.rs) on the real module: the
+# kernel-side cases (permission denied on the render node, a UAPI this libumd cannot drive, a
+# page fault and a hang on the kernel backend), each verdict from `umd-smi triage` reading this
+# machine. Each case reloads aigpu with $UMD_PARAMS (hang_debug=1 job_timeout_ms=2000) and leaves
+# it loaded; sets rc.
+staged_failures() {
+  [ -x /bin/staged_failures ] || return 0
+  (cd /tmp && STAGED_BIN_DIR=/bin STAGED_LIVE=1 STAGED_MODULE="/lib/modules/aigpu.ko $UMD_PARAMS" \
+    /bin/staged_failures --test-threads=1 --nocapture)
+  sfrc=$?
+  echo "GUEST: umd staged_failures exit $sfrc"
+  [ $sfrc = 0 ] || rc=1
+}
+
 # Tools mode (scripts/run-guest.sh with GUEST_MODE=tools): only the triage tools' checks.
 if grep -q 'aigpu.tools=1' /proc/cmdline; then
   trc=0
   /bin/tools_test.sh pre || trc=1
   /bin/tools_test.sh post || trc=1
   echo "GUEST: tools_test exit $trc"
+  if [ -x /bin/staged_failures ] && insmod /lib/modules/aigpu.ko $UMD_PARAMS; then
+    rc=0
+    staged_failures
+    [ $rc = 0 ] || trc=1
+    rmmod aigpu || { echo "GUEST: FAIL rmmod aigpu after staged_failures"; trc=1; }
+  fi
   echo "GUEST: TEST_RC=$trc"
   echo "GUEST: DONE"
   poweroff -f
@@ -480,6 +500,7 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
       echo "GUEST: umd mlp_demo exit $mrc"
       [ $mrc = 0 ] || rc=1
     fi
+    staged_failures
     unset UMD_BACKEND
   fi
   if rmmod aigpu; then echo "GUEST: rmmod aigpu ok"; else echo "GUEST: FAIL rmmod aigpu"; rc=1; fi
