@@ -236,8 +236,25 @@ impl Drop for Staging {
     }
 }
 
-/// The user name of `uid` in /etc/passwd (su takes a name).
+/// The user name of `uid` in /etc/passwd (su takes a name). The guest has no passwd file of its
+/// own: uid 65534 is added as `nobody`, the entry tests/guest/tools_test.sh adds too.
 fn user_name(uid: u32) -> String {
+    let has = |f: &str, l: &str| std::fs::read_to_string(f).is_ok_and(|t| t.contains(l));
+    let append = |f: &str, l: &str| {
+        use std::io::Write;
+        let mut o = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(f)
+            .unwrap_or_else(|e| panic!("open {f}: {e}"));
+        writeln!(o, "{l}").unwrap_or_else(|e| panic!("write {f}: {e}"));
+    };
+    if uid == 65534 && !has("/etc/passwd", ":x:65534:") {
+        append("/etc/passwd", "nobody:x:65534:65534:nobody:/tmp:/bin/sh");
+        if !has("/etc/group", ":65534:") {
+            append("/etc/group", "nogroup:x:65534:");
+        }
+    }
     let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
     passwd
         .lines()
