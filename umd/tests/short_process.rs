@@ -886,3 +886,47 @@ fn a_console_closed_before_the_exit_summary_is_said_in_the_file() {
         shape(&file[file.len().saturating_sub(5)..])
     );
 }
+
+/// The `backend` setting record says what the process asked for (`UMD_BACKEND=kmd`), and the
+/// `process_start` record what it got (nothing, without aigpu.ko): triage's configuration layer
+/// reads the setting, and "backend none" would misquote the user's environment.
+#[test]
+fn the_backend_setting_is_what_was_asked_for() {
+    if std::path::Path::new("/sys/module/aigpu").exists() {
+        eprintln!("skipped: aigpu is loaded here (the open would succeed)");
+        return;
+    }
+    let r = run("open-alloc", "backend-asked", &[("UMD_BACKEND", "kmd")]);
+    r.assert_exit0();
+    // The story records themselves (`file_records` leaves them out).
+    let file: Vec<Rec> = log_files(&r.dir)
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .map(parse)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let rec = |event: &str| {
+        file.iter()
+            .find(|f| {
+                f.params.contains(&format!("event={event} "))
+                    && (event != "setting" || f.params.contains(" name=backend "))
+            })
+            .unwrap_or_else(|| panic!("no {event} record: {:#?}", shape(&file)))
+    };
+    let setting = &rec("setting").params;
+    assert!(
+        setting.contains(" value=kmd ")
+            && setting.contains(" default=auto ")
+            && setting.contains(" src=environment "),
+        "{setting}"
+    );
+    let start = &rec("process_start").params;
+    assert!(
+        start.contains(" backend=none ") && start.contains(" backend_src=environment "),
+        "{start}"
+    );
+}

@@ -89,6 +89,20 @@ fn backend(r: &UmdResult<Resolved>) -> (&'static str, (&'static str, String, Str
     }
 }
 
+/// The backend the process asked for, as its `backend` setting: `UMD_BACKEND` as given (`auto`
+/// when unset). Which backend it got is the `process_start` record's `backend` field; a setting
+/// that said what the process ended with would report `UMD_BACKEND=kmd` on a machine without the
+/// module as "backend none".
+fn requested_backend() -> String {
+    use crate::backend::select::{choice, Choice};
+    match choice() {
+        Ok(Choice::Auto) => "auto".into(),
+        Ok(Choice::Kmd) => "kmd".into(),
+        Ok(Choice::Sim) => "sim".into(),
+        Err(_) => std::env::var("UMD_BACKEND").unwrap_or_default(),
+    }
+}
+
 /// Logs the `process start` record once per process, when the backend is first resolved, and
 /// arranges for the `process exit` record.
 pub fn started(r: &UmdResult<Resolved>) {
@@ -105,7 +119,7 @@ pub fn started(r: &UmdResult<Resolved>) {
         let mut settings: Vec<(&str, &str, String, String)> = vec![(
             "backend",
             "UMD_BACKEND",
-            backend.to_string(),
+            requested_backend(),
             "auto".to_string(),
         )];
         if on_sim {
