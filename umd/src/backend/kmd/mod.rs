@@ -35,6 +35,8 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
     names.retain(|n| n.starts_with("renderD"));
     names.sort();
     let mut nodes = Vec::new();
+    // The first node we may not open (device 0's, when every node is closed to this user): the
+    // one the caller of a device-0 open needs, not the last one probed.
     let mut denied = None;
     let mut mismatch = None;
     let mut lost = None;
@@ -50,11 +52,15 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
                     Ok(_) => nodes.push(path),
                     Err(e @ NoKernelDevice::VersionMismatch { .. }) => mismatch = Some(e),
                     Err(e @ NoKernelDevice::Lost(_)) => lost = Some(e),
-                    Err(NoKernelDevice::PermissionDenied(n)) => denied = Some(n),
+                    Err(NoKernelDevice::PermissionDenied(n)) => {
+                        denied.get_or_insert(n);
+                    }
                     Err(_) => {}
                 }
             }
-            Err(Errno::EACCES) | Err(Errno::EPERM) => denied = Some(path.display().to_string()),
+            Err(Errno::EACCES) | Err(Errno::EPERM) => {
+                denied.get_or_insert_with(|| path.display().to_string());
+            }
             Err(_) => {}
         }
     }
