@@ -82,8 +82,16 @@ impl Run {
             self.stderr()
         );
     }
-    /// The records of every `umd-<pid>.log` in the directory, file by file (sorted by name).
+    /// The records of every `umd-<pid>.log` in the directory, file by file (sorted by name),
+    /// without the process's story records (`umd::log::story`).
     fn file_records(&self) -> Vec<Rec> {
+        self.all_file_records()
+            .into_iter()
+            .filter(not_story)
+            .collect()
+    }
+    /// [`Run::file_records`] with the story records.
+    fn all_file_records(&self) -> Vec<Rec> {
         log_files(&self.dir)
             .iter()
             .flat_map(|p| {
@@ -93,7 +101,6 @@ impl Run {
                     .map(parse)
                     .collect::<Vec<_>>()
             })
-            .filter(not_story)
             .collect()
     }
     fn console_records(&self) -> Vec<Rec> {
@@ -899,16 +906,7 @@ fn the_backend_setting_is_what_was_asked_for() {
     let r = run("open-alloc", "backend-asked", &[("UMD_BACKEND", "kmd")]);
     r.assert_exit0();
     // The story records themselves (`file_records` leaves them out).
-    let file: Vec<Rec> = log_files(&r.dir)
-        .iter()
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap_or_default()
-                .lines()
-                .map(parse)
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let file = r.all_file_records();
     let rec = |event: &str| {
         file.iter()
             .find(|f| {
