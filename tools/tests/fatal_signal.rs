@@ -119,3 +119,64 @@ fn out_pid(logs: &std::path::Path) -> u32 {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no black box in {names:?}"))
 }
+
+/// The same crash with stderr a pipe nobody reads any more (a supervisor that went away): the
+/// handler's notice fails with EPIPE instead of killing the process with SIGPIPE, so it still
+/// dies of SIGSEGV, with its black box and exit record written.
+#[test]
+fn a_crash_with_a_closed_stderr_pipe_still_dies_of_its_signal() {
+    use std::os::unix::io::FromRawFd;
+    let exe = c_util::out_dir().join("staged-crash-pipe");
+    let o = c_util::compile("tests/triage/crash.c", &exe, &["-std=c11", "-O2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = common::scratch("fatal-signal-pipe");
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).expect("log dir");
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe with a valid out-array; the read end is closed at once, the write end handed
+    // to the child as its stderr (owned by the Stdio from here on).
+    let stderr = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::process::Stdio::from_raw_fd(fds[1])
+    };
+    let mut c = Command::new(&exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMD_") {
+            c.env_remove(k);
+        }
+    }
+    // SAFETY: plain setrlimit in the child before exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    let status = c
+        .env("UMD_BACKEND", "sim")
+        .env("UMD_LOG_DIR", &logs)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .status()
+        .expect("run the crashing program");
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
+    let bb: Vec<String> = std::fs::read_dir(&logs)
+        .expect("read the log dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("umd-blackbox-"))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    assert_eq!(bb.len(), 1, "one black box");
+    assert!(
+        bb[0].contains(" event=process_exit how=signal signal=SIGSEGV "),
+        "{}",
+        bb[0]
+    );
+}

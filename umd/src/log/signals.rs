@@ -122,11 +122,26 @@ fn exit_record(sig: i32) {
 
 extern "C" fn on_fatal(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     if !FIRED.swap(true, Ordering::AcqRel) {
+        // The handler's stderr notice must not turn the death into a SIGPIPE when stderr is a
+        // closed pipe (the parent would see the wrong signal): SIGPIPE is ignored while the
+        // handler writes (a write then fails with EPIPE) and put back before the signal is
+        // delivered again. sigaction is async-signal-safe.
+        // SAFETY: plain sigaction calls with valid structs.
+        let mut pipe_old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: sigaction is plain data; all-zero is SIG_DFL with an empty mask.
+        let mut ign: libc::sigaction = unsafe { std::mem::zeroed() };
+        ign.sa_sigaction = libc::SIG_IGN;
+        // SAFETY: valid new and old structs.
+        let ignored = unsafe { libc::sigaction(libc::SIGPIPE, &ign, &mut pipe_old) } == 0;
         exit_record(sig);
         // The regular log first (its queued records, the process's start among them), then
         // the black box; a writer that does not answer in 200 ms is not waited for.
         super::flush_from_signal(200);
         ring::dump_from_signal(sig);
+        if ignored {
+            // SAFETY: puts back the disposition saved above.
+            unsafe { libc::sigaction(libc::SIGPIPE, &pipe_old, std::ptr::null_mut()) };
+        }
     }
     let Some(k) = SIGNALS.iter().position(|&s| s == sig) else {
         return;
