@@ -5,9 +5,10 @@
 # A round that fails (a fuzz finding, an oops / BUG / WARNING / KASAN / lockdep / kmemleak report,
 # a hung guest) keeps its serial log and a reproducer; the next round boots a fresh guest.
 #
-#   scripts/fuzz-campaign.sh [--hours H] [--rounds N] [--seeds K] [--secs S] [--seed0 S] [debug|base]
+#   scripts/fuzz-campaign.sh [--hours H] [--rounds N] [--ioctls N] [--seeds K] [--secs S] [--seed0 S] [debug|base]
 #
 # --hours: wall-clock budget (default 4); --rounds: at most N rounds (default: no limit);
+# --ioctls: stop once the rounds so far issued at least N ioctls in all (default: no target);
 # --seeds: seeds per round (default 4); --secs: guest seconds per seed (default 300);
 # --seed0: the first seed (default: random, printed); round r uses seeds seed0 + r*K ... + K-1.
 # Output in out/fuzz/: round-<r>.log (serial log of every round), finding-<r>.txt (the FINDING
@@ -20,16 +21,17 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/env.sh"
 
-HOURS=4 ROUNDS=0 K=4 SECS=300 SEED0= FLAVOR=debug
+HOURS=4 ROUNDS=0 IOCTLS=0 K=4 SECS=300 SEED0= FLAVOR=debug
 while [ $# -gt 0 ]; do
   case $1 in
     --hours) HOURS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --ioctls) IOCTLS=$2; shift 2 ;;
     --seeds) K=$2; shift 2 ;;
     --secs) SECS=$2; shift 2 ;;
     --seed0) SEED0=$2; shift 2 ;;
     debug|base) FLAVOR=$1; shift ;;
-    *) echo "usage: $0 [--hours H] [--rounds N] [--seeds K] [--secs S] [--seed0 S] [debug|base]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--hours H] [--rounds N] [--ioctls N] [--seeds K] [--secs S] [--seed0 S] [debug|base]" >&2; exit 2 ;;
   esac
 done
 [ -n "$SEED0" ] || SEED0=$(( $(od -An -N3 -tu4 /dev/urandom | tr -d ' ') * 1000 ))
@@ -45,12 +47,13 @@ t0=$(date +%s)
 end=$(( t0 + $(printf '%.0f' "$(echo "$HOURS * 3600" | bc)") ))
 # A round: the fuzzing itself, the boot (~1 min under TCG) and the kmemleak scan.
 tmo=$(( K * (SECS + 30) + 300 ))
-echo "fuzz-campaign: seed0=$SEED0 seeds/round=$K secs/seed=$SECS hours=$HOURS rounds=${ROUNDS:-0} flavor=$FLAVOR out=$OUT"
+echo "fuzz-campaign: seed0=$SEED0 seeds/round=$K secs/seed=$SECS hours=$HOURS rounds=${ROUNDS:-0} ioctls=$IOCTLS flavor=$FLAVOR out=$OUT"
 SUM=$OUT/summary.txt
 echo "# fuzz-campaign started $(date -u +%FT%TZ) seed0=$SEED0 seeds/round=$K secs/seed=$SECS flavor=$FLAVOR" >"$SUM"
-r=0 failed=0
+r=0 failed=0 total=0
 while :; do
   [ "$ROUNDS" -gt 0 ] && [ $r -ge "$ROUNDS" ] && break
+  [ "$IOCTLS" -gt 0 ] && [ "$total" -ge "$IOCTLS" ] && break
   [ "$(date +%s)" -ge "$end" ] && break
   seeds=
   for i in $(seq 0 $((K - 1))); do seeds="$seeds $((SEED0 + r * K + i))"; done
@@ -63,6 +66,7 @@ while :; do
   verdict=$(grep -E '^run-guest: (PASS|FAIL)' "$OUT/round-$r.verdict" | tail -1)
   ioctls=$(grep -aoE '^fuzz: seed=[0-9]+ iters=[0-9]+ ioctls=[0-9]+' "$OUT/round-$r.log" |
            sed 's/.*ioctls=//' | paste -sd+ | bc)
+  total=$((total + ${ioctls:-0}))
   echo "round $r seeds=$(echo "$seeds" | tr ' ' ,) secs=$(( $(date +%s) - rs )) ioctls=${ioctls:-0} rc=$grc $verdict" | tee -a "$SUM"
   if [ $grc != 0 ]; then
     failed=$((failed + 1))
