@@ -14,8 +14,8 @@ use kernel::{
 
 use crate::{
     driver::{DrmFile, RegDevice},
-    ioctl::{check_flags, check_pad, refuse, Fail, IoctlResult},
-    rules::{names::Priority, submit, Refusal},
+    ioctl::{check_pad, refuse, Fail, IoctlResult},
+    rules::{flags::NoFlags, names::Priority, submit, Refusal},
     uapi::{
         ioctl::{self as u, Cmdbuf, Fence},
         reason,
@@ -25,7 +25,7 @@ use crate::{
 
 /// CTX_CREATE: a context with a priority; at most `MAX_CONTEXTS` per file.
 pub(crate) fn ctx_create(_dev: &RegDevice, req: &mut u::CtxCreate, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     Priority::try_from(req.priority)?;
     let f = file.inner();
     req.ctx_id = f.gpu.ctx_create(f.client, req.priority)?;
@@ -35,7 +35,7 @@ pub(crate) fn ctx_create(_dev: &RegDevice, req: &mut u::CtxCreate, file: &DrmFil
 /// CTX_DESTROY: waits for the context's pending work (bounded by the job timeout), then destroys
 /// it.
 pub(crate) fn ctx_destroy(_dev: &RegDevice, req: &mut u::CtxDestroy, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     check_pad(req.pad)?;
     let f = file.inner();
     f.gpu.ctx_destroy(f.client, req.ctx_id)
@@ -43,7 +43,7 @@ pub(crate) fn ctx_destroy(_dev: &RegDevice, req: &mut u::CtxDestroy, file: &DrmF
 
 /// CTX_STATE: reset status, fault and progress of a context.
 pub(crate) fn ctx_state(_dev: &RegDevice, req: &mut u::CtxState, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     check_pad(req.pad)?;
     let f = file.inner();
     *req = f.gpu.ctx_state(f.client, req.ctx_id)?;
@@ -54,7 +54,7 @@ pub(crate) fn ctx_state(_dev: &RegDevice, req: &mut u::CtxState, file: &DrmFile)
 /// (`EINTR`/restart + `INTERRUPTED`), the context is lost (`ECANCELED` + `CTX_LOST`) or the device
 /// is lost (`ENODEV` + `DEVICE_LOST`).
 pub(crate) fn wait(_dev: &RegDevice, req: &mut u::Wait, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     check_pad(req.pad)?;
     let f = file.inner();
     req.completed_seqno = f.gpu.wait(f.client, req.ctx_id, req.seqno, req.timeout_ns)?;
@@ -144,7 +144,7 @@ pub(crate) fn submit(_dev: &RegDevice, req: &mut u::Submit, file: &DrmFile) -> I
 }
 
 fn submit_job(req: &u::Submit, file: &DrmFile) -> Result<u64, Fail> {
-    submit::arguments(req.flags, req.num_cmdbufs, req.num_in_fences)?;
+    let flags = submit::arguments(req.flags, req.num_cmdbufs, req.num_in_fences)?;
     let cmdbufs = read_user_array(req.cmdbufs, req.num_cmdbufs, |b| Cmdbuf {
         va: le64(b, 0),
         size: le32(b, 8),
@@ -162,5 +162,5 @@ fn submit_job(req: &u::Submit, file: &DrmFile) -> Result<u64, Fail> {
         // Validation read the buffers through the tables, so the top-level table exists.
         vm.root_pa().ok_or(refuse(reason::CMDBUF_NOT_MAPPED))?
     };
-    f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, req.flags)
+    f.gpu.queue_job(f.client, pt_root, req.ctx_id, &cmdbufs, &fences, flags)
 }

@@ -25,7 +25,8 @@ use kernel::{
 
 use crate::{
     driver::{AigpuDevice, AigpuDriver, DrmFile, RegDevice},
-    ioctl::{check_flags, check_pad, fail, refuse, Fail, IoctlResult},
+    ioctl::{check_pad, fail, refuse, Fail, IoctlResult},
+    rules::flags::NoFlags,
     uapi::{ioctl as u, reason, version},
 };
 
@@ -173,7 +174,7 @@ pub(crate) fn create_handle(obj: &Gem, file: &DrmFile) -> Result<u32, Fail> {
 
 /// GEM create: a shmem object of `size` bytes rounded up to the page size.
 pub(crate) fn create_ioctl(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     check_pad(req.pad)?;
     if req.size == 0 {
         return Err(refuse(reason::SIZE_ZERO));
@@ -194,7 +195,7 @@ pub(crate) fn create_ioctl(dev: &RegDevice, req: &mut u::GemCreate, file: &DrmFi
 
 /// GEM mmap offset: the fake offset for `mmap()` on the DRM file.
 pub(crate) fn mmap_offset_ioctl(_dev: &RegDevice, req: &mut u::GemMmapOffset, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     check_pad(req.pad)?;
     let obj = lookup(file, req.handle)?;
     req.offset = mmap_offset(&obj)?;

@@ -99,14 +99,6 @@ has_reason!(
     u::CtxState,
 );
 
-/// `EINVAL` + `FLAGS_UNKNOWN` unless `flags & !allowed == 0`.
-pub(crate) fn check_flags(flags: u32, allowed: u32) -> IoctlResult {
-    if flags & !allowed != 0 {
-        return Err(refuse(reason::FLAGS_UNKNOWN));
-    }
-    Ok(())
-}
-
 /// `EINVAL` + `PAD_NONZERO` unless `pad == 0`.
 pub(crate) fn check_pad(pad: u32) -> IoctlResult {
     if pad != 0 {

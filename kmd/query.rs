@@ -3,7 +3,8 @@
 
 use crate::{
     driver::{DrmFile, RegDevice},
-    ioctl::{check_flags, IoctlResult},
+    ioctl::IoctlResult,
+    rules::flags::NoFlags,
     uapi::{ioctl as u, regs, version},
 };
 
@@ -18,7 +19,7 @@ pub(crate) const CAPS: u64 = version::CAP_GEMM_I8
 
 /// Fills every out-field of [`u::Query`]; `flags` must be zero.
 pub(crate) fn query(dev: &RegDevice, req: &mut u::Query, _file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     let mem = &dev.mem;
     let (uapi_major, uapi_minor) = match dev.gpu.uapi_override.load(kernel::sync::atomic::Relaxed) {
         0 => (version::UAPI_MAJOR, version::UAPI_MINOR),

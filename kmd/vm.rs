@@ -32,9 +32,10 @@ use crate::{
     gpu::Gpu,
     hw::Hw,
     driver::{DrmFile, RegDevice},
-    ioctl::{check_flags, fail, refuse, Fail, IoctlResult},
+    ioctl::{fail, refuse, Fail, IoctlResult},
     model::mmu::Tlb,
     pt::PtPage,
+    rules::flags::NoFlags,
     uapi::{ioctl as uioctl, pte, reason, version},
 };
 
@@ -501,7 +502,7 @@ impl Drop for Vm {
 /// alignment (va, bo_offset, size), VA range and overflow, object range, then (in `Vm::bind`)
 /// overlap and the mapping limit.
 pub(crate) fn bind_ioctl(dev: &RegDevice, req: &mut uioctl::VmBind, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     let obj = crate::gem::lookup(file, req.handle)?;
     crate::rules::vm::bind(req.va, req.bo_offset, req.size, req.access, obj.size() as u64)?;
     let args = BindArgs {
@@ -519,7 +520,7 @@ pub(crate) fn bind_ioctl(dev: &RegDevice, req: &mut uioctl::VmBind, file: &DrmFi
 
 /// VM unbind: remove exactly one existing mapping.
 pub(crate) fn unbind_ioctl(_dev: &RegDevice, req: &mut uioctl::VmUnbind, file: &DrmFile) -> IoctlResult {
-    check_flags(req.flags, 0)?;
+    NoFlags::try_from(req.flags)?;
     crate::rules::vm::unbind(req.va, req.size)?;
     let f = file.inner();
     f.vm.lock().unbind(req.va, req.size)?;

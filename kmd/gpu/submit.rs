@@ -15,10 +15,11 @@ use crate::{
     rules::{
         self,
         fence::{self, InFence},
+        flags::SubmitFlags,
         Refusal,
     },
     uapi::{
-        ioctl::{self as u, Cmdbuf, Fence},
+        ioctl::{Cmdbuf, Fence},
         packet, reason as r, regs,
         ring::{self, Desc, DESC_SIZE},
     },
@@ -65,7 +66,7 @@ impl Gpu {
         ctx_id: u32,
         cmdbufs: &[Cmdbuf],
         in_fences: &[Fence],
-        flags: u32,
+        flags: SubmitFlags,
     ) -> Result<u64, Fail> {
         let oom = |_| refuse(r::OUT_OF_MEMORY);
         // Everything that allocates happens before the lock.
@@ -114,7 +115,7 @@ impl Gpu {
                 let seqno = st.contexts.get(&ctx_id).map_or(1, |c| c.submitted + 1);
                 break (slot, queue, job_id, seqno, injected != 0);
             }
-            if flags & u::SUBMIT_FLAG_NO_BLOCK != 0 {
+            if flags.no_block() {
                 // Work the device finished but nobody retired yet (retirement is lazy) still
                 // holds ring space and slots: retire it and look again before refusing.
                 if self.retire_and_notify(&mut st) {

@@ -7,6 +7,7 @@
 //! the producer named ([`Ban::Dependency`]), and so, transitively, does everything that waits on
 //! the consumer (`super::recovery`).
 
+use super::flags::NoFlags;
 use super::Refusal;
 use crate::uapi::ioctl::{CtxState, BAN_DEPENDENCY, BAN_DROPPED, BAN_FAULT, BAN_HANG, BAN_NONE};
 use crate::uapi::reason as r;
@@ -111,10 +112,7 @@ pub fn in_fence(
     seqno: u64,
     producer: Option<Producer>,
 ) -> Result<InFence, Refusal> {
-    if flags != 0 {
-        // Must be zero (UAPI): refused now so that a meaning can be given later.
-        return Err(Refusal::new(r::FLAGS_UNKNOWN).at(index));
-    }
+    NoFlags::try_from(flags).map_err(|e| e.at(index))?;
     let Some(p) = producer else {
         return Err(Refusal::new(r::FENCE_CTX_INVALID).at(index));
     };

@@ -1,7 +1,7 @@
 //! The aigpu driver's rules, written once for aigpu.ko and the simulator backend.
 //!
 //! Every decision both drivers make the same way lives here: the errno that goes with each
-//! reason ([`refusal`]), the checks of a submit and its packet stream ([`submit`]), what an
+//! reason ([`refusal`]), the UAPI's `flags` fields as types ([`flags`]), the checks of a submit and its packet stream ([`submit`]), what an
 //! in-fence means ([`fence`]), which hardware queue a context gets and which address-space slot a
 //! file may take ([`queue`]), ring arithmetic ([`ring`]), who is guilty of a fault and what an
 //! engine reset does to every queued job, including jobs whose inputs will never be written
@@ -19,6 +19,7 @@
 //! and sibling files as `super::x`.
 
 pub mod fence;
+pub mod flags;
 pub mod names;
 pub mod queue;
 pub mod recovery;

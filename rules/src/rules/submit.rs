@@ -8,30 +8,28 @@
 //! Operand addresses are left to the GPU's MMU: a bad one is a page fault of the submitting
 //! context when the work runs.
 
+use super::flags::{NoFlags, SubmitFlags};
 use super::Refusal;
-use crate::uapi::ioctl::{Cmdbuf, MAX_CMDBUFS, MAX_IN_FENCES, SUBMIT_FLAG_NO_BLOCK};
+use crate::uapi::ioctl::{Cmdbuf, MAX_CMDBUFS, MAX_IN_FENCES};
 use crate::uapi::{packet, reason as r, ring};
 
-/// Flags, then the number of command buffers, then the number of in-fences.
-pub const fn arguments(flags: u32, num_cmdbufs: u32, num_in_fences: u32) -> Result<(), Refusal> {
-    if flags & !SUBMIT_FLAG_NO_BLOCK != 0 {
-        return Err(Refusal::new(r::FLAGS_UNKNOWN));
-    }
+/// Flags, then the number of command buffers, then the number of in-fences. Returns the flags,
+/// checked.
+pub fn arguments(flags: u32, num_cmdbufs: u32, num_in_fences: u32) -> Result<SubmitFlags, Refusal> {
+    let flags = SubmitFlags::try_from(flags)?;
     if num_cmdbufs == 0 || num_cmdbufs > MAX_CMDBUFS {
         return Err(Refusal::new(r::CMDBUF_COUNT));
     }
     if num_in_fences > MAX_IN_FENCES {
         return Err(Refusal::new(r::FENCE_COUNT));
     }
-    Ok(())
+    Ok(flags)
 }
 
 /// Command buffer `index`: no flags, a non-zero size that is a multiple of 4 and at most
 /// `ring::MAX_CMD_SIZE`, at a 4-byte aligned VA.
-pub const fn cmdbuf_shape(index: u32, cb: &Cmdbuf) -> Result<(), Refusal> {
-    if cb.flags != 0 {
-        return Err(Refusal::new(r::FLAGS_UNKNOWN).at(index));
-    }
+pub fn cmdbuf_shape(index: u32, cb: &Cmdbuf) -> Result<(), Refusal> {
+    NoFlags::try_from(cb.flags).map_err(|e| e.at(index))?;
     if cb.size == 0
         || !cb.size.is_multiple_of(4)
         || !cb.va.is_multiple_of(4)
@@ -78,6 +76,7 @@ pub fn packet_stream(index: u32, words: &[u32], hang: bool) -> Result<(), Refusa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uapi::ioctl::SUBMIT_FLAG_NO_BLOCK;
 
     #[test]
     fn arguments_in_order() {
@@ -91,10 +90,9 @@ mod tests {
             arguments(0, 1, MAX_IN_FENCES + 1),
             Err(Refusal::new(r::FENCE_COUNT))
         );
-        assert_eq!(
-            arguments(SUBMIT_FLAG_NO_BLOCK, MAX_CMDBUFS, MAX_IN_FENCES),
-            Ok(())
-        );
+        let flags = arguments(SUBMIT_FLAG_NO_BLOCK, MAX_CMDBUFS, MAX_IN_FENCES).unwrap();
+        assert!(flags.no_block());
+        assert!(!arguments(0, 1, 0).unwrap().no_block());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use uapi::ioctl::{RESET_NONE, SUBMIT_FLAG_NO_BLOCK};
+use uapi::ioctl::RESET_NONE;
 use uapi::reason as r;
 use uapi::regs;
 use uapi::ring::{Desc, DESC_SIZE};
@@ -503,7 +503,7 @@ impl Gpu {
         ctx_id: u32,
         cmdbufs: &[uapi::ioctl::Cmdbuf],
         in_fences: &[uapi::ioctl::Fence],
-        flags: u32,
+        flags: rules::flags::SubmitFlags,
     ) -> KmdResult<u64> {
         let mut st = self.state();
         let mut descs = Vec::with_capacity(in_fences.len() + cmdbufs.len());
@@ -552,7 +552,7 @@ impl Gpu {
             if let Some(slot) = slot {
                 break (slot, queue);
             }
-            if flags & SUBMIT_FLAG_NO_BLOCK != 0 {
+            if flags.no_block() {
                 // Say which of the two waits this would have been (as aigpu.ko does).
                 let why = if ring_ok {
                     r::AS_SLOTS_BUSY

@@ -350,7 +350,7 @@ impl Backend for SimFile {
     ) -> KmdResult<u64> {
         self.check_alive()?;
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        rules::submit::arguments(flags, count(cmdbufs.len()), count(in_fences.len()))?;
+        let flags = rules::submit::arguments(flags, count(cmdbufs.len()), count(in_fences.len()))?;
         self.validate(cmdbufs)?;
         self.gpu
             .queue_job(self.id, ctx_id, cmdbufs, in_fences, flags)
