@@ -20,7 +20,7 @@ use kernel::{
 use crate::{
     file::AigpuFile,
     gem::{Gem, MemAccount},
-    gpu::{self, Gpu},
+    gpu::{self, Gpu, Running},
     ioctl, uapi,
 };
 
@@ -44,25 +44,31 @@ pub(crate) struct Stats {
 
 /// Per-device data, owned by the `drm::Device`.
 pub(crate) struct DeviceData {
-    /// Index of this virtual GPU (`aigpu<index>`).
-    pub(crate) index: u32,
     /// GEM memory accounting (the `mem_mib` budget); GEM objects hold a reference.
     pub(crate) mem: Arc<MemAccount>,
     /// Page-table and mapping counters; page-table pages hold a reference.
     pub(crate) stats: Arc<Stats>,
     /// The execution half: device model, rings, contexts, interrupts, recovery.
     pub(crate) gpu: Arc<Gpu>,
-    /// The device number `index`, free again once the device is released (last field: after the
-    /// leak check of `drop`, nothing of the device is left).
+    // Field order is drop order. The data goes when the last reference to the DRM device goes,
+    // i.e. after every file and object is gone: first what runs on its own stops (device thread,
+    // interrupts, bottom half, watchdog: `gpu::Running`), then anything still accounted is a
+    // leak (`LeakCheck`), and last the device number `index` is free again, once nothing of the
+    // device is left.
+    _running: Running,
+    _leak_check: LeakCheck,
     _number: Number,
 }
 
-impl Drop for DeviceData {
+/// Reports what is still accounted to a device when it is released (a leak), when dropped.
+struct LeakCheck {
+    index: u32,
+    mem: Arc<MemAccount>,
+    stats: Arc<Stats>,
+}
+
+impl Drop for LeakCheck {
     fn drop(&mut self) {
-        // Runs when the last reference to the DRM device goes, i.e. after every file and object
-        // is gone. Stop what runs on its own (device thread, interrupts, bottom half, watchdog)
-        // first; then anything still accounted here was leaked.
-        self.gpu.shutdown();
         let used = self.mem.used();
         let pt = self.stats.pt_pages.load(Relaxed);
         let maps = self.stats.mappings.load(Relaxed);
@@ -208,12 +214,18 @@ impl<'a> Attached<'a> {
         )?;
         // From here on the execution half runs; the device data shuts it down when it goes (also
         // when creating the DRM device fails, which drops the data).
-        let gpu = Gpu::new(dev, index, mem.clone(), cfg)?;
+        let running = Gpu::start(dev, index, mem.clone(), cfg)?;
+        let gpu = running.gpu().clone();
         let data = DeviceData {
-            index,
+            _leak_check: LeakCheck {
+                index,
+                mem: mem.clone(),
+                stats: stats.clone(),
+            },
             mem,
             stats,
             gpu: gpu.clone(),
+            _running: running,
             _number: number,
         };
         let unreg = drm::UnregisteredDevice::<AigpuDriver>::new(dev, Ok(data))?;

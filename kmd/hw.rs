@@ -4,7 +4,7 @@
 //! with an interrupt line delivered in hard-IRQ context.
 //!
 //! Driver code reaches the device only through [`Hw::read32`] / [`Hw::write32`] (and the 64-bit
-//! forms), and gets interrupts through the handler it connects with [`Hw::request_irq`]. Nothing
+//! forms), and gets interrupts through the handler it connects with an [`IrqConnection`]. Nothing
 //! else of the model is visible outside this file except the test-only fault injection hooks of
 //! hw-spec section 9.
 //!
@@ -29,6 +29,8 @@
 
 mod thread;
 
+pub(crate) use thread::DeviceThread;
+
 use core::ffi::c_void;
 
 use kernel::{
@@ -36,7 +38,7 @@ use kernel::{
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, CondVar, Mutex, SetOnce, SpinLock,
+        Arc, ArcBorrow, CondVar, Mutex, SetOnce, SpinLock,
     },
     types::Opaque,
 };
@@ -58,6 +60,11 @@ impl Clock for KClock {
 }
 
 /// `CLOCK_MONOTONIC` now, in ns.
+///
+/// The device model and the shared rules (`vgpu`, `rules/`) keep device time as plain `u64`
+/// nanoseconds, the simulator's clock being the same number in user space; 7.3's
+/// `kernel::time::Instant` has no public accessor for its value (`as_nanos` is crate-private), so
+/// this reads `ktime_get` directly.
 pub(crate) fn mono_ns() -> u64 {
     // SAFETY: `ktime_get` has no preconditions.
     let t = unsafe { bindings::ktime_get() };
@@ -66,8 +73,62 @@ pub(crate) fn mono_ns() -> u64 {
 
 type Model = Device<BusMem, KClock>;
 
-/// An interrupt handler: called in hard-IRQ context with the `data` it was connected with.
-pub(crate) type IrqHandler = unsafe fn(data: *const c_void);
+/// The driver side of the interrupt line: what an [`IrqConnection`] calls on every delivery.
+pub(crate) trait IrqHandler: HasHw + Send + Sync + Sized {
+    /// Handles a delivery, in hard-IRQ context (must not sleep). `this` is the connection's
+    /// reference: a caller that defers work may take a reference of its own from it.
+    fn handle(this: ArcBorrow<'_, Self>);
+}
+
+/// What owns the device's register interface (the driver's device state, which embeds its
+/// [`Hw`]): the [`IrqConnection`] and the [`DeviceThread`] reach the `Hw` through it.
+pub(crate) trait HasHw {
+    fn hw(&self) -> &Hw;
+}
+
+/// Type-erased call of [`IrqHandler::handle`], as stored in the interrupt register file.
+type Trampoline = unsafe fn(data: *const c_void);
+
+/// `IrqFile::handler` while a connection is being made (never a function's address).
+const CONNECTING: usize = 1;
+
+/// Calls `T::handle` for `data`.
+///
+/// # Safety
+///
+/// `data` comes from `Arc::as_ptr` of an `Arc<T>` whose count stays above zero for the call.
+unsafe fn trampoline<T: IrqHandler>(data: *const c_void) {
+    // SAFETY: see the function's safety contract.
+    T::handle(unsafe { ArcBorrow::from_raw(data.cast::<T>()) });
+}
+
+/// A connected interrupt handler: while it lives, every delivery of the device's line calls
+/// `T::handle` in hard-IRQ context. Dropping it disconnects the handler and waits until a
+/// delivery in progress has returned; the reference it holds keeps the handler's data (and the
+/// `Hw` inside it) alive until then, so no caller has to promise it.
+pub(crate) struct IrqConnection<T: IrqHandler> {
+    owner: Arc<T>,
+}
+
+impl<T: IrqHandler> IrqConnection<T> {
+    /// Connects `T::handle` for `owner` to `owner`'s device. `EBUSY` if a handler is connected
+    /// already (one connection per device).
+    pub(crate) fn new(owner: Arc<T>) -> Result<Self> {
+        let irq = &owner.hw().irq;
+        // Claim the line first, so that a second connection cannot overwrite the first one's
+        // data; `fire` skips the claim marker until the handler is published.
+        irq.handler.cmpxchg(0, CONNECTING, Full).map_err(|_| EBUSY)?;
+        irq.data.store(Arc::as_ptr(&owner) as usize, Relaxed);
+        irq.handler.store(trampoline::<T> as Trampoline as usize, Release);
+        Ok(Self { owner })
+    }
+}
+
+impl<T: IrqHandler> Drop for IrqConnection<T> {
+    fn drop(&mut self) {
+        self.owner.hw().disconnect_irq();
+    }
+}
 
 /// The interrupt register file and the line: atomics only (read and written in hard-IRQ
 /// context).
@@ -78,7 +139,8 @@ struct IrqFile {
     line: Atomic<bool>,
     /// The device fell off the bus: reads return all ones.
     lost: Atomic<bool>,
-    /// The connected handler (an `IrqHandler` as usize, 0 when none) and its data.
+    /// The connected handler (a `Trampoline` as usize, 0 when none) and its data
+    /// ([`IrqConnection`]).
     handler: Atomic<usize>,
     data: Atomic<usize>,
 }
@@ -176,8 +238,6 @@ pub(crate) struct Hw {
     kick: SpinLock<bool>,
     #[pin]
     kick_cv: CondVar,
-    /// The device thread (`task_struct`), 0 when not running.
-    thread: Atomic<usize>,
     /// Steps executed (for debugfs).
     pub(crate) steps: Atomic<u64>,
     /// Nanoseconds the device thread spent in rounds that made progress (debugfs `busy_us`: what
@@ -191,8 +251,9 @@ pub(crate) struct Hw {
 ///
 /// # Safety
 ///
-/// `work` is the `controller` of a live `Hw` (queued only by [`Hw::deliver`]; [`Hw::free_irq`]
-/// waits for a queued or running delivery before the `Hw` can go).
+/// `work` is the `controller` of a live `Hw` (queued only by [`Hw::deliver`] while the device
+/// thread runs; [`IrqConnection`]'s drop, after the [`DeviceThread`] has stopped, waits for a
+/// queued or running delivery before the `Hw` can go).
 unsafe extern "C" fn controller_fired(work: *mut bindings::irq_work) {
     let field = Opaque::cast_from(work).cast::<Controller>().cast_mut();
     // SAFETY: `work` is the `controller` field of a `Hw` (function contract).
@@ -226,8 +287,8 @@ impl Controller {
 }
 
 impl Hw {
-    /// A powered-on device reading and writing memory through `bus`. Nothing runs until
-    /// [`Hw::start`].
+    /// A powered-on device reading and writing memory through `bus`. Nothing runs until a
+    /// [`DeviceThread`] is started for it.
     pub(crate) fn new(bus: Arc<Bus>) -> impl PinInit<Self> {
         let model = Self::power_on(&bus);
         pin_init!(Self {
@@ -238,7 +299,6 @@ impl Hw {
             msi: SetOnce::new(),
             kick <- new_spinlock!(false, "aigpu_hw_kick"),
             kick_cv <- new_condvar!("aigpu_hw_kick_cv"),
-            thread: Atomic::new(0),
             steps: Atomic::new(0),
             busy_ns: Atomic::new(0),
             bus,
@@ -296,29 +356,19 @@ impl Hw {
         }
     }
 
-    /// Connects the interrupt handler (`request_irq`).
-    ///
-    /// # Safety
-    ///
-    /// `f` may be called with `data` in hard-IRQ context until [`Hw::free_irq`] returns; `data`
-    /// must stay valid for `f` until then.
-    pub(crate) unsafe fn request_irq(&self, f: IrqHandler, data: *const c_void) {
-        self.irq.data.store(data as usize, Relaxed);
-        self.irq.handler.store(f as usize, Release);
-    }
-
     /// Runs the connected handler, in hard-IRQ context: the interrupt was delivered (the
     /// self-interrupt's callback, or the PCI function's MSI handler in `pci.rs`).
     pub(crate) fn fire(&self) {
         let f = self.irq.handler.load(Acquire);
         let data = self.irq.data.load(Relaxed);
-        if f != 0 {
-            // SAFETY: a non-zero `handler` was stored from an `IrqHandler` by `request_irq`.
-            let f: IrqHandler = unsafe { core::mem::transmute::<usize, IrqHandler>(f) };
-            // SAFETY: the handler and its data were connected by `request_irq`, whose caller
-            // guarantees they stay valid until `free_irq`. `free_irq` waits for a self-interrupt
-            // delivery after disconnecting them; the MSI handler is freed before the device data
-            // that calls `free_irq` can go (`pci.rs`, drop order of `PciGpu`).
+        if f != 0 && f != CONNECTING {
+            // SAFETY: any other non-zero `handler` was stored from a `Trampoline` by
+            // `IrqConnection::new`.
+            let f: Trampoline = unsafe { core::mem::transmute::<usize, Trampoline>(f) };
+            // SAFETY: `data` is the `Arc::as_ptr` of the reference the connection holds until
+            // its drop has disconnected the handler and waited for a self-interrupt delivery
+            // (`disconnect_irq`); the MSI handler is freed before the device data that owns the
+            // connection can go (`pci.rs`, drop order of `PciGpu`).
             unsafe { f(data as *const c_void) };
         }
     }
@@ -337,8 +387,9 @@ impl Hw {
         unsafe { bindings::irq_work_queue(self.controller.get()) };
     }
 
-    /// Disconnects the handler and waits for a running delivery to finish.
-    pub(crate) fn free_irq(&self) {
+    /// Disconnects the handler and waits for a running delivery to finish ([`IrqConnection`]'s
+    /// drop).
+    fn disconnect_irq(&self) {
         self.irq.handler.store(0, Release);
         // SAFETY: `controller` was initialised in `new`; this waits until a queued or running
         // delivery has finished.
@@ -353,7 +404,7 @@ impl Hw {
             return;
         }
         // SAFETY: `controller` is initialised and pinned inside the device structure, which
-        // outlives it: `free_irq` (called before the device is freed) waits for it.
+        // outlives it: `IrqConnection`'s drop (before the device is freed) waits for it.
         unsafe { bindings::irq_work_queue(self.controller.get()) };
     }
 

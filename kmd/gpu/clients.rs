@@ -3,9 +3,9 @@
 //! CTX_STATE, and the bookkeeping of a job leaving its ring (fence slots, zombie contexts).
 
 use kernel::{
-    bindings,
     prelude::*,
     sync::{atomic::Relaxed, Arc, CondVarTimeoutResult, Mutex},
+    time::{delay::fsleep, Delta},
 };
 
 use super::{ns_to_jiffies, Client, ClientStats, Ctx, Gpu, Job, Sched, USER_SLOTS};
@@ -93,8 +93,7 @@ impl Gpu {
                 }
             }
             // Uninterruptible: a process being killed closes its files here and must not spin.
-            // SAFETY: plain sleep.
-            unsafe { bindings::msleep(5) };
+            fsleep(Delta::from_millis(5));
         }
         let mut st = self.sched.lock();
         if st.clients.get(&client).is_some_and(|c| c.inflight > 0) && !st.lost {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Creating a device's execution state (rings, fence page, the driver's own address space, the
-//! device model, the interrupt connection, the device thread) and shutting it down.
+//! device model, the interrupt connection, the device thread), and [`Running`], whose drop shuts
+//! it down.
 
 use kernel::{
     bindings, device,
@@ -16,13 +17,13 @@ use kernel::{
     workqueue::{new_delayed_work, new_work, DelayedWork, Work},
 };
 
-use super::{bus_addr, irq, Config, Counters, Gpu, Hq, JobQueue, Sched, FENCE_SLOTS, KCODE_FAULT, KCODE_HANG, KVA_CODE, KVA_UNMAPPED, RING_ENTRIES, USER_SLOTS};
+use super::{bus_addr, Config, Counters, Gpu, Hq, JobQueue, Sched, FENCE_SLOTS, KCODE_FAULT, KCODE_HANG, KVA_CODE, KVA_UNMAPPED, RING_ENTRIES, USER_SLOTS};
 use crate::{
     bus::Bus,
     driver::Stats,
     dump::Dumps,
     gem::MemAccount,
-    hw::Hw,
+    hw::{DeviceThread, Hw, IrqConnection},
     pt::PtPage,
     rules::recovery::{BusySamples, JobClock},
     uapi::{packet, pte, regs, ring::DESC_SIZE},
@@ -30,13 +31,13 @@ use crate::{
 
 impl Gpu {
     /// Creates the device (rings, fence page, the driver's own address space, the device
-    /// model), programs it and starts it.
-    pub(crate) fn new(
+    /// model), programs it and starts it: connects the interrupt and starts the device thread.
+    pub(crate) fn start(
         dev: &device::Device<device::Bound>,
         index: u32,
         mem: Arc<MemAccount>,
         cfg: Config,
-    ) -> Result<Arc<Gpu>> {
+    ) -> Result<Running> {
         let bus = Bus::new()?;
         let name = CString::try_from_fmt(fmt!("aigpu{}", index))?;
         let ring_bytes = RING_ENTRIES as usize * DESC_SIZE;
@@ -159,31 +160,61 @@ impl Gpu {
             let st = gpu.sched.lock();
             gpu.program(&st);
         }
-        // SAFETY: the handler runs with `Arc::as_ptr(&gpu)` until `shutdown` disconnects it, and
-        // the owner of `gpu` (the DRM device data) calls `shutdown` before dropping its `Arc`.
-        unsafe { gpu.hw.request_irq(irq::top_half, Arc::as_ptr(&gpu).cast()) };
-        // SAFETY: `hw` is pinned inside `gpu`, which outlives the thread (`shutdown` stops it).
-        if let Err(e) = unsafe { gpu.hw.start(index) } {
-            gpu.hw.free_irq();
-            return Err(e);
-        }
-        Ok(gpu)
+        // Interrupts first: the device raises them as soon as its thread runs. A failure drops
+        // what was started so far, which stops it (`Running`).
+        let irq = IrqConnection::new(gpu.clone())?;
+        let thread = DeviceThread::start(gpu.clone(), index)?;
+        Ok(Running {
+            _thread: thread,
+            _irq: irq,
+            _deferred: DeferredWork(gpu.clone()),
+            gpu,
+        })
     }
+}
 
-    /// Stops everything that runs on its own: the device thread, interrupt delivery, the bottom
-    /// half and the watchdog. Called once, before the last reference goes.
-    pub(crate) fn shutdown(&self) {
-        self.stopping.store(true, Relaxed);
-        self.hw.stop();
-        self.hw.free_irq();
+/// A started device: its execution state and the guards of everything that runs on its own.
+/// Dropping it stops them, in this order: the device thread (nothing raises an interrupt any
+/// more), the interrupt connection (no top half runs any more), then the bottom half and the
+/// watchdog (flushed; they see `stopping` and neither re-arm nor queue each other). The owner
+/// drops it before anything the device could still touch goes (`driver::DeviceData`).
+pub(crate) struct Running {
+    // Field order is drop order (see above).
+    _thread: DeviceThread<Gpu>,
+    _irq: IrqConnection<Gpu>,
+    _deferred: DeferredWork,
+    gpu: Arc<Gpu>,
+}
+
+impl Running {
+    /// The execution half.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Runs before the fields are dropped: from now on the top half ignores interrupts, the
+        // bottom half returns at once, the watchdog does not re-arm and no job is queued.
+        self.gpu.stopping.store(true, Relaxed);
+    }
+}
+
+/// Flushes the bottom half and the watchdog when dropped (last of `Running`'s guards).
+struct DeferredWork(Arc<Gpu>);
+
+impl Drop for DeferredWork {
+    fn drop(&mut self) {
+        let gpu = &self.0;
         // SAFETY: `bh` was initialised by `new_work!`; flushing waits for a queued or running
         // bottom half, which returns at once now that `stopping` is set (and drops its `Arc`).
-        unsafe { bindings::flush_work(Work::raw_get(&self.bh)) };
+        unsafe { bindings::flush_work(Work::raw_get(&gpu.bh)) };
         // SAFETY: a `delayed_work` starts with its `work_struct`; flushing runs a pending
         // watchdog now, which sees `stopping` and does not re-arm.
         unsafe {
             bindings::flush_delayed_work(
-                Work::raw_get(DelayedWork::raw_as_work(&self.wd)).cast::<bindings::delayed_work>(),
+                Work::raw_get(DelayedWork::raw_as_work(&gpu.wd)).cast::<bindings::delayed_work>(),
             )
         };
     }

@@ -2,8 +2,6 @@
 //! The interrupt: the top half (hard-IRQ context), the bottom half (a work item), and retirement
 //! of what the device completed, which is lazy (see the top half).
 
-use core::ffi::c_void;
-
 use kernel::{
     bindings,
     sync::{
@@ -16,21 +14,28 @@ use kernel::{
 use super::{Gpu, Sched};
 use crate::{
     dump,
-    hw::mono_ns,
+    hw::{mono_ns, HasHw, Hw, IrqHandler},
     rules,
     uapi::regs,
 };
 
+impl HasHw for Gpu {
+    fn hw(&self) -> &Hw {
+        &self.hw
+    }
+}
+
+impl IrqHandler for Gpu {
+    /// The top half, in hard-IRQ context (connected by `Gpu::start`).
+    fn handle(this: ArcBorrow<'_, Gpu>) {
+        top_half(this)
+    }
+}
+
 /// The interrupt handler (top half), in hard-IRQ context: read and acknowledge the status,
 /// remember the causes, queue the bottom half.
-///
-/// # Safety
-///
-/// `data` is the `Gpu` connected by `Gpu::new`, alive (its `Arc` count above zero) until
-/// `Gpu::shutdown` disconnects this handler.
-pub(super) unsafe fn top_half(data: *const c_void) {
-    // SAFETY: see the function's safety contract.
-    let gpu = unsafe { &*data.cast::<Gpu>() };
+fn top_half(this: ArcBorrow<'_, Gpu>) {
+    let gpu: &Gpu = &this;
     let mut all = 0u32;
     for _ in 0..16 {
         let s = gpu.hw.read32(regs::IRQ_STATUS);
@@ -89,9 +94,7 @@ pub(super) unsafe fn top_half(data: *const c_void) {
             return;
         }
     }
-    // SAFETY: `data` comes from `Arc::as_ptr` of the device's `Arc<Gpu>`, whose count stays above
-    // zero while this handler is connected (function contract), so a borrow may be taken.
-    let arc: Arc<Gpu> = unsafe { ArcBorrow::from_raw(data.cast::<Gpu>()) }.into();
+    let arc: Arc<Gpu> = this.into();
     // Already queued: that run will see these causes too.
     let _ = workqueue::system_highpri().enqueue::<Arc<Gpu>, 0>(arc);
 }

@@ -64,6 +64,7 @@ use crate::{
     },
 };
 
+pub(crate) use init::Running;
 pub(crate) use crate::rules::queue::queue_priority;
 pub(crate) use crate::rules::FaultInfo;
 

@@ -4,11 +4,15 @@
 //! doorbell wakes it; a round is bounded in steps and in time so that a driver register access
 //! (which needs the model lock) waits at most about one round.
 
-use core::{ffi::c_void, ptr};
+use core::{ffi::c_void, ptr, ptr::NonNull};
 
-use kernel::{bindings, prelude::*, sync::atomic::Relaxed};
+use kernel::{
+    bindings,
+    prelude::*,
+    sync::{atomic::Relaxed, Arc},
+};
 
-use super::{mono_ns, Hw};
+use super::{mono_ns, HasHw, Hw};
 use crate::model::Step;
 
 impl Hw {
@@ -51,52 +55,62 @@ impl Hw {
         }
         round.last
     }
+}
 
-    /// Starts the device thread (named `aigpu<index>-hw`).
-    ///
-    /// # Safety
-    ///
-    /// `self` must stay valid (pinned, not freed) until [`Hw::stop`] returns.
-    pub(crate) unsafe fn start(&self, index: u32) -> Result {
+/// The running device thread of one device (`aigpu<N>-hw`): started by [`DeviceThread::start`],
+/// stopped (and waited for) when dropped. The reference it holds keeps the `Hw` the thread runs
+/// alive until the thread has returned, so no caller has to promise it.
+pub(crate) struct DeviceThread<T: HasHw + Send + Sync> {
+    task: NonNull<bindings::task_struct>,
+    _owner: Arc<T>,
+}
+
+// SAFETY: `task` is only passed to `kthread_stop`, which may be called from any thread; `owner`
+// is an `Arc` of a `Send + Sync` type.
+unsafe impl<T: HasHw + Send + Sync> Send for DeviceThread<T> {}
+// SAFETY: a shared `DeviceThread` gives no access to `task` (only `drop` uses it).
+unsafe impl<T: HasHw + Send + Sync> Sync for DeviceThread<T> {}
+
+impl<T: HasHw + Send + Sync> DeviceThread<T> {
+    /// Starts the device thread of `owner`'s device, named `aigpu<index>-hw`.
+    pub(crate) fn start(owner: Arc<T>, index: u32) -> Result<Self> {
+        let hw = owner.hw();
         // SAFETY: `device_thread` only uses `data` as `&Hw` until `kthread_should_stop()`, and
-        // `stop` (which the caller must call before freeing `self`) waits for it to return. The
-        // format string takes one `%u`, a C unsigned int.
+        // the guard's drop, which waits for it to return (`kthread_stop`), runs before the guard
+        // lets go of `owner`, in which the `Hw` lives. The format string takes one `%u`, a C
+        // unsigned int.
         let task = unsafe {
             bindings::kthread_create_on_node(
                 Some(device_thread),
-                ptr::from_ref(self).cast_mut().cast(),
+                ptr::from_ref(hw).cast_mut().cast(),
                 bindings::NUMA_NO_NODE,
                 c"aigpu%u-hw".as_char_ptr(),
                 index,
             )
         };
-        if task.is_null() {
-            return Err(ENOMEM);
-        }
         let err = task as isize;
         if (-4095..0).contains(&err) {
             return Err(Error::from_errno(err as i32));
         }
+        let task = NonNull::new(task).ok_or(ENOMEM)?;
         // The device thread stands in for silicon, which never waits for a CPU: a real-time
         // priority (the lowest FIFO one, as `sched_set_fifo_low` documents for such helpers)
         // makes a doorbell start the work at once instead of at the waker's next tick (the guest
         // kernels preempt lazily). It sleeps whenever the device is idle or stalled.
         // SAFETY: `task` is the new, not yet running kthread.
-        unsafe { bindings::sched_set_fifo_low(task) };
+        unsafe { bindings::sched_set_fifo_low(task.as_ptr()) };
         // SAFETY: `task` is the new, not yet running kthread.
-        unsafe { bindings::wake_up_process(task) };
-        self.thread.store(task as usize, Relaxed);
-        Ok(())
+        unsafe { bindings::wake_up_process(task.as_ptr()) };
+        Ok(Self { task, _owner: owner })
     }
+}
 
-    /// Stops the device thread and waits for it to exit.
-    pub(crate) fn stop(&self) {
-        let task = self.thread.xchg(0, Relaxed) as *mut bindings::task_struct;
-        if !task.is_null() {
-            // SAFETY: `task` is our kthread, which never exits on its own (it only returns when
-            // `kthread_should_stop()`), so its task_struct is still valid here.
-            unsafe { bindings::kthread_stop(task) };
-        }
+impl<T: HasHw + Send + Sync> Drop for DeviceThread<T> {
+    fn drop(&mut self) {
+        // SAFETY: `task` is our kthread, which never exits on its own (it only returns when
+        // `kthread_should_stop()`), so its task_struct is still valid here; `kthread_stop` waits
+        // for it to return.
+        unsafe { bindings::kthread_stop(self.task.as_ptr()) };
     }
 }
 
@@ -118,11 +132,11 @@ const LONG_RUN_NS: u64 = 2_000_000;
 ///
 /// # Safety
 ///
-/// Only `kthread_create` in `start` calls this, with `data` pointing at the `Hw` that `stop`
-/// keeps alive until the thread has returned.
+/// Only `kthread_create` in [`DeviceThread::start`] calls this, with `data` pointing at the `Hw`
+/// that the guard keeps alive until the thread has returned.
 unsafe extern "C" fn device_thread(data: *mut c_void) -> core::ffi::c_int {
-    // SAFETY: `data` is the `Hw` passed by `start`, valid until `stop` returns, which cannot
-    // happen before this function returns.
+    // SAFETY: `data` is the `Hw` passed by `DeviceThread::start`, valid until the guard's drop
+    // has returned from `kthread_stop`, which cannot happen before this function returns.
     let hw = unsafe { &*data.cast::<Hw>() };
     // SAFETY: `get_current` returns this kthread, valid while it runs.
     let me = unsafe { bindings::get_current() };
