@@ -311,3 +311,92 @@ fn sigabrt_dumps_the_ring() {
         "live_devices=0 live_context_count=0 live_buffers=0",
     );
 }
+
+/// The parent of `forked_child_crash_has_its_own_exit_record`: holds a device, a context and two
+/// buffers, forks, and the child crashes on its first own record. Exits 0 when the child died of
+/// SIGSEGV, 3 otherwise (a hang ends in SIGALRM after 20 s).
+fn fork_then_crash() {
+    umd::log::ensure_init();
+    use umd::abi::{context::*, device::*, memory::*, types::*};
+    let (mut dev, mut ctx, mut b1, mut b2) = (0u64, 0u64, 0u64, 0u64);
+    assert_eq!(umdDeviceOpen(0, &mut dev), umdResult::UMD_SUCCESS);
+    assert_eq!(
+        umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
+        umdResult::UMD_SUCCESS
+    );
+    assert_eq!(umdMemAlloc(ctx, 4096, 0, &mut b1), umdResult::UMD_SUCCESS);
+    assert_eq!(umdMemAlloc(ctx, 8192, 0, &mut b2), umdResult::UMD_SUCCESS);
+    tracing::warn!(ctx = 1u64, "parent words before the fork");
+    // SAFETY: fork in a test process; the child only logs, crashes, or is killed by the alarm.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain setrlimit / alarm on this process.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::alarm(20);
+        }
+        tracing::warn!(ctx = 1u64, "child last words");
+        // SAFETY: deliberately invalid: the test needs a real fault.
+        unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let segv = libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV;
+    println!("forked child pid={pid} status={status}");
+    assert_eq!(umdMemFree(b2), umdResult::UMD_SUCCESS);
+    assert_eq!(umdMemFree(b1), umdResult::UMD_SUCCESS);
+    assert_eq!(umdContextDestroy(ctx), umdResult::UMD_SUCCESS);
+    assert_eq!(umdDeviceClose(dev), umdResult::UMD_SUCCESS);
+    let _ = umd::log::flush(std::time::Duration::from_secs(2), false);
+    std::process::exit(if segv { 0 } else { 3 });
+}
+
+/// A forked child that crashes: its own black box (its pid in the name) with its last words and
+/// an exit record that counts none of the parent's objects (a child's copies are not its own),
+/// while the parent goes on, frees everything and exits normally.
+#[test]
+fn forked_child_crash_has_its_own_exit_record() {
+    if is_child() {
+        fork_then_crash();
+        return;
+    }
+    let test = "forked_child_crash_has_its_own_exit_record";
+    let dir = fresh_dir(test);
+    let o = run_child(
+        test,
+        &[
+            ("UMD_LOG_DIR", dir.to_str().unwrap()),
+            ("UMD_LOG_SIGNALS", "1"),
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "the child died of SIGSEGV: {o:?}");
+    let child: u32 = out
+        .split("forked child pid=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no child pid: {out}"));
+    let boxes = blackboxes(&dir);
+    assert_eq!(boxes.len(), 1, "one black box, the child's: {boxes:?}");
+    let name = boxes[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with(&format!("umd-blackbox-{child}-")),
+        "named for the child: {name}"
+    );
+    let recs = records(boxes[0].to_str().unwrap());
+    assert!(
+        recs.iter().any(|l| l.contains("\"child last words\"")),
+        "the child's last record: {recs:#?}"
+    );
+    assert_eq!(
+        exit_fields(&recs),
+        "event=process_exit how=signal signal=SIGSEGV status=139 live_devices=0 live_context_count=0 live_buffers=0"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
