@@ -283,7 +283,9 @@ pub fn scan(host: &Host, notes: &mut Notes) -> Debugfs {
     Debugfs::Read(out)
 }
 
-fn read_device(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> DebugfsDevice {
+/// The `name`, `status`, `queues`, `clients` and `contexts` of a device directory: aigpu.ko's
+/// debugfs, or a simulator device another process publishes (`simdir.rs`), with one parser.
+pub fn read_views(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> DebugfsDevice {
     let mut d = DebugfsDevice {
         dir: dir.to_string(),
         files: vec![("name".into(), format!("{name_line}\n"))],
@@ -291,16 +293,9 @@ fn read_device(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> 
         ..DebugfsDevice::default()
     };
     let read = |rel: &str, d: &mut DebugfsDevice, notes: &mut Notes| -> Option<String> {
-        match host.read(&format!("{dir}/{rel}")) {
-            Ok(t) => {
-                d.files.push((rel.to_string(), t.clone()));
-                Some(t)
-            }
-            Err(why) => {
-                notes.add(format!("{dir}/{rel}"), why.describe());
-                None
-            }
-        }
+        let t = read_file(host, dir, rel, notes)?;
+        d.files.push((rel.to_string(), t.clone()));
+        Some(t)
     };
     // Only key=value lines are records: the DRM core's own `clients` file (a column table:
     // "command tgid dev master a uid magic") has none, and is then shown as no clients.
@@ -322,13 +317,30 @@ fn read_device(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> 
     if let Some(t) = read("contexts", &mut d, notes) {
         d.contexts = records(&t);
     }
-    let _ = read("vm", &mut d, notes);
     d.device = d
         .status
         .as_ref()
         .and_then(|s| s.get("device"))
         .map(str::to_string)
         .or_else(|| Kv::parse(&d.name_line).get("dev").map(str::to_string));
+    d
+}
+
+fn read_file(host: &Host, dir: &str, rel: &str, notes: &mut Notes) -> Option<String> {
+    match host.read(&format!("{dir}/{rel}")) {
+        Ok(t) => Some(t),
+        Err(why) => {
+            notes.add(format!("{dir}/{rel}"), why.describe());
+            None
+        }
+    }
+}
+
+fn read_device(host: &Host, dir: &str, name_line: String, notes: &mut Notes) -> DebugfsDevice {
+    let mut d = read_views(host, dir, name_line, notes);
+    if let Some(t) = read_file(host, dir, "vm", notes) {
+        d.files.push(("vm".into(), t));
+    }
     // Crash dumps: the list names them; each file holds one.
     let cdir = format!("{dir}/crashdumps");
     let list = match host.read(&format!("{cdir}/list")) {

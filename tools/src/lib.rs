@@ -12,6 +12,7 @@ pub mod host;
 pub mod kv;
 pub mod modinfo;
 pub mod query;
+pub mod simdir;
 pub mod smi;
 pub mod system;
 pub mod triage;

@@ -79,6 +79,8 @@ pub struct DeviceView {
     pub debugfs_why: Option<String>,
     /// Without debugfs: this user's clients of the device, from fdinfo.
     pub fdinfo: Vec<crate::fdinfo::FdClient>,
+    /// A simulator device another process publishes (`simdir.rs`): that process.
+    pub owner: Option<umd::backend::sim::publish::Owner>,
 }
 
 impl DeviceView {
@@ -147,6 +149,8 @@ pub struct SmiView {
     pub devices: Vec<DeviceView>,
     /// libumd's diagnosis when its probe found no usable device.
     pub no_device: Option<NoKernelDevice>,
+    /// Published simulator directories whose process is gone (not devices).
+    pub stale_sims: Vec<crate::simdir::Stale>,
     /// What could not be read.
     pub notes: Notes,
 }
@@ -166,6 +170,8 @@ pub struct KernelScan {
     pub module: system::ModuleState,
     /// The aigpu files whose fdinfo this user can read.
     pub fdinfo: Vec<crate::fdinfo::FdClient>,
+    /// The simulator devices other processes publish.
+    pub sims: crate::simdir::Scan,
 }
 
 /// Reads the kernel side.
@@ -187,6 +193,8 @@ pub fn scan(host: &Host, ids: &system::Ids, notes: &mut Notes) -> KernelScan {
     let debugfs = debugfs::scan(host, notes);
     // (Who holds the device is noted by triage, which lists the holders itself.)
     let fdinfo = crate::fdinfo::clients(host, &system::holders(host, &mut Notes::default()));
+    let sim_dir = std::env::var("UMD_SIM_DIR").ok();
+    let sims = crate::simdir::scan(host, &crate::simdir::bases(sim_dir.as_deref()), notes);
     KernelScan {
         probe,
         drm,
@@ -194,6 +202,7 @@ pub fn scan(host: &Host, ids: &system::Ids, notes: &mut Notes) -> KernelScan {
         debugfs,
         module,
         fdinfo,
+        sims,
     }
 }
 
@@ -243,6 +252,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             debugfs: None,
             debugfs_why: None,
             fdinfo: Vec::new(),
+            owner: None,
         })
     };
     // 1. The nodes libumd's probe accepts.
@@ -331,6 +341,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
                 debugfs: Some(d.clone()),
                 debugfs_why: None,
                 fdinfo: Vec::new(),
+                owner: None,
             }),
         }
     }
@@ -367,6 +378,25 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             .then_with(|| crate::host::natural_cmp(&ka.1, &kb.1))
             .then_with(|| crate::host::natural_cmp(&a.name, &b.name))
     });
+    // 4. The simulator devices other processes publish, after the kernel's.
+    for d in &ks.sims.live {
+        devs.push(DeviceView {
+            index: 0,
+            name: d
+                .views
+                .device
+                .clone()
+                .unwrap_or_else(|| d.owner.device.clone()),
+            node: None,
+            pci: None,
+            access: Access::Sim,
+            query: None,
+            debugfs: Some(d.views.clone()),
+            debugfs_why: None,
+            fdinfo: Vec::new(),
+            owner: Some(d.owner.clone()),
+        });
+    }
     for (i, v) in devs.iter_mut().enumerate() {
         v.index = i;
     }
@@ -389,6 +419,7 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
         module_version: ks.module.version.clone(),
         no_device,
         devices: devs,
+        stale_sims: ks.sims.stale.clone(),
         notes,
     }
 }
@@ -423,6 +454,9 @@ impl SimSession {
     /// Opens every simulated device (`UMD_SIM_DEVICES`); with `demo`, device 0 gets two
     /// contexts, a 1 MiB buffer and a few jobs so the view is not all zeros.
     pub fn open(demo: bool) -> Result<SimSession, String> {
+        // The tool's own devices are not a process to show, and the tools never write to the
+        // published directories.
+        umd::backend::sim::publish::turn_off();
         let n = umd::backend::sim::device_count()?;
         let mut files = Vec::new();
         for i in 0..n {
@@ -543,6 +577,7 @@ impl SimSession {
                 debugfs: Some(d),
                 debugfs_why: None,
                 fdinfo: Vec::new(),
+                owner: None,
             });
         }
         SmiView {
@@ -553,6 +588,7 @@ impl SimSession {
             module_version: None,
             devices: devs,
             no_device: None,
+            stale_sims: Vec::new(),
             notes: Notes::default(),
         }
     }
@@ -641,8 +677,15 @@ pub fn render_text(v: &SmiView) -> String {
             )
         }
     }
+    let sims = v.devices.iter().filter(|d| d.owner.is_some()).count();
     if let Some(why) = &v.no_device {
-        if v.devices.is_empty() {
+        if !v.devices.is_empty() && sims == v.devices.len() {
+            out += &format!(
+                "no aigpu kernel device: {} [{}]; the simulator devices below are other processes' own\n",
+                why.describe(),
+                why.code().name()
+            );
+        } else if v.devices.is_empty() {
             out += &format!(
                 "no aigpu device: {} [{}]\n",
                 why.describe(),
@@ -660,6 +703,18 @@ pub fn render_text(v: &SmiView) -> String {
     for d in &v.devices {
         out += &device_text(d);
     }
+    if !v.stale_sims.is_empty() {
+        out += "\nstale simulator directories (not devices: their process is gone):\n";
+        for s in &v.stale_sims {
+            out += &format!(
+                "  {}  pid {} {} {}\n",
+                s.dir,
+                s.pid,
+                s.comm.as_deref().unwrap_or("?"),
+                s.why
+            );
+        }
+    }
     if !v.notes.0.is_empty() {
         out += "not read:\n";
         for n in &v.notes.0 {
@@ -670,11 +725,15 @@ pub fn render_text(v: &SmiView) -> String {
 }
 
 fn device_text(d: &DeviceView) -> String {
+    let place = match &d.owner {
+        Some(o) => format!("simulator of pid {} ({})", o.pid, o.comm),
+        None => d.node.as_deref().unwrap_or("(no render node)").to_string(),
+    };
     let mut out = format!(
         "\nGPU {}: {}  {}  state {}\n",
         d.index,
         d.name,
-        d.node.as_deref().unwrap_or("(no render node)"),
+        place,
         d.state()
     );
     if let Some(p) = &d.pci {
@@ -697,7 +756,16 @@ fn device_text(d: &DeviceView) -> String {
             ),
             Access::No(why) => format!("libumd cannot use it: {why}"),
             Access::Offline => "not checked (offline: recorded tree)".into(),
-            Access::Sim => "in-process simulator".into(),
+            Access::Sim => match &d.owner {
+                Some(o) => format!(
+                    "simulator in pid {} (backend_why {}), published in {}, updated {}",
+                    o.pid,
+                    o.backend_why,
+                    d.debugfs.as_ref().map_or("?", |x| x.dir.as_str()),
+                    util::Wall::from_unix_ms(o.updated_unix_ms).human()
+                ),
+                None => "in-process simulator".into(),
+            },
         }
     );
     if let Some((used, total)) = d.memory() {
@@ -871,6 +939,12 @@ pub fn render_json(v: &SmiView) -> Value {
             "code": w.code().name(),
         })),
         "devices": v.devices.iter().map(device_json).collect::<Vec<_>>(),
+        "stale_sim_dirs": v.stale_sims.iter().map(|s| json!({
+            "dir": s.dir,
+            "pid": s.pid,
+            "comm": s.comm,
+            "why": s.why,
+        })).collect::<Vec<_>>(),
         "not_read": v.notes.0.iter().map(|n| json!({"what": n.what, "why": n.why})).collect::<Vec<_>>(),
     })
 }
@@ -932,6 +1006,17 @@ fn device_json_base(d: &DeviceView) -> Value {
     if let Some(p) = &d.pci {
         v["pci"] = json!(p);
     }
+    if let Some(o) = &d.owner {
+        v["access"] = json!({"ok": true, "why": "sim"});
+        v["owner"] = json!({
+            "pid": o.pid,
+            "comm": o.comm,
+            "uid": o.uid,
+            "start_time": o.start_time,
+            "backend_why": o.backend_why,
+            "updated": util::Wall::from_unix_ms(o.updated_unix_ms).rfc3339(),
+        });
+    }
     v
 }
 
@@ -950,6 +1035,7 @@ mod tests {
             debugfs: None,
             debugfs_why: None,
             fdinfo: Vec::new(),
+            owner: None,
         }
     }
 

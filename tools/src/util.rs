@@ -36,6 +36,14 @@ impl Wall {
         self.secs as i128 * 1_000_000 + self.us as i128
     }
 
+    /// From milliseconds since the epoch.
+    pub fn from_unix_ms(ms: u64) -> Wall {
+        Wall {
+            secs: (ms / 1000) as i64,
+            us: ((ms % 1000) * 1000) as u32,
+        }
+    }
+
     /// `2026-11-29T02:13:07.123456Z`.
     pub fn rfc3339(&self) -> String {
         let t = self.civil();

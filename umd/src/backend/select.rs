@@ -74,6 +74,20 @@ impl NoKernelDevice {
             NoKernelDevice::Other(s) => s.clone(),
         }
     }
+    /// The diagnosis as a name (`module_not_loaded`, `node_missing`, `permission_denied`,
+    /// `version_mismatch`, `lost`, `other`): the process story's `backend_why` and a published
+    /// simulator device's `owner` file (`sim/publish.rs`) carry it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NoKernelDevice::ModuleNotLoaded => "module_not_loaded",
+            NoKernelDevice::NodeMissing => "node_missing",
+            NoKernelDevice::PermissionDenied(_) => "permission_denied",
+            NoKernelDevice::VersionMismatch { .. } => "version_mismatch",
+            NoKernelDevice::Lost(_) => "lost",
+            NoKernelDevice::Other(_) => "other",
+        }
+    }
+
     /// The result code this diagnosis maps to when the kernel backend was required.
     pub fn code(&self) -> umdResult {
         match self {
@@ -98,6 +112,7 @@ pub enum Resolved {
 pub fn resolve() -> Result<Resolved, UmdError> {
     let c = choice()?;
     if c == Choice::Sim {
+        super::sim::publish::set_backend_why("requested");
         return Ok(Resolved::Sim(None));
     }
     match super::kmd::probe() {
@@ -107,6 +122,7 @@ pub fn resolve() -> Result<Resolved, UmdError> {
             format!("UMD_BACKEND=kmd: {}.", why.describe()),
         )),
         Err(why) => {
+            super::sim::publish::set_backend_why(why.name());
             let d = why.describe();
             tracing::warn!(reason = %d, "no aigpu kernel device; using the simulator backend (UMD_BACKEND=auto)");
             Ok(Resolved::Sim(Some(d)))

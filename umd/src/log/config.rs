@@ -94,9 +94,11 @@ pub const VARIABLES: &[&str] = &[
     "UMD_POOL_HISTORY",
     "UMD_POOL_RELEASE_THRESHOLD",
     "UMD_SIM_DEVICES",
+    "UMD_SIM_DIR",
     "UMD_SIM_HANG_DEBUG",
     "UMD_SIM_JOB_TIMEOUT_MS",
     "UMD_SIM_MEM_MIB",
+    "UMD_SIM_PUBLISH",
     "UMD_SIM_UAPI",
 ];
 

@@ -56,18 +56,14 @@ fn environment() -> String {
 /// `permission_denied`, `version_mismatch`, `lost`, `other`) with the node and the kernel's
 /// UAPI when known.
 fn no_kernel_device(d: &NoKernelDevice) -> (&'static str, String, String) {
-    match d {
-        NoKernelDevice::ModuleNotLoaded => ("module_not_loaded", String::new(), String::new()),
-        NoKernelDevice::NodeMissing => ("node_missing", String::new(), String::new()),
-        NoKernelDevice::PermissionDenied(n) => ("permission_denied", n.clone(), String::new()),
-        NoKernelDevice::VersionMismatch { kernel } => (
-            "version_mismatch",
-            String::new(),
-            format!("{}.{}", kernel.0, kernel.1),
-        ),
-        NoKernelDevice::Lost(n) => ("lost", n.clone(), String::new()),
-        NoKernelDevice::Other(_) => ("other", String::new(), String::new()),
-    }
+    let (node, kernel) = match d {
+        NoKernelDevice::PermissionDenied(n) | NoKernelDevice::Lost(n) => (n.clone(), String::new()),
+        NoKernelDevice::VersionMismatch { kernel } => {
+            (String::new(), format!("{}.{}", kernel.0, kernel.1))
+        }
+        _ => (String::new(), String::new()),
+    };
+    (d.name(), node, kernel)
 }
 
 /// The backend (`kmd` / `sim` / `none`) and, when it is not the kernel's although `auto` or
@@ -101,6 +97,15 @@ fn requested_backend() -> String {
         Ok(Choice::Sim) => "sim".into(),
         Err(_) => std::env::var("UMD_BACKEND").unwrap_or_default(),
     }
+}
+
+/// The directory the per-user directory of the published simulator devices is in.
+fn dir_of(c: &crate::backend::sim::config::SimConfig) -> String {
+    c.publish_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("/tmp"))
+        .display()
+        .to_string()
 }
 
 /// Logs the `process start` record once per process, when the backend is first resolved, and
@@ -148,6 +153,13 @@ pub fn started(r: &UmdResult<Resolved>) {
                     sim.hang_debug.to_string(),
                     sim0.hang_debug.to_string(),
                 ),
+                (
+                    "sim_publish",
+                    "UMD_SIM_PUBLISH",
+                    sim.publish.to_string(),
+                    sim0.publish.to_string(),
+                ),
+                ("sim_dir", "UMD_SIM_DIR", dir_of(&sim), dir_of(&sim0)),
             ]);
         }
         settings.extend([

@@ -6,6 +6,8 @@
 //! | `UMD_SIM_MEM_MIB` | memory per GPU in MiB (16..=65536) | 1024 |
 //! | `UMD_SIM_JOB_TIMEOUT_MS` | job timeout before a hang is declared (10..=600000) | 2000 |
 //! | `UMD_SIM_HANG_DEBUG` | 1: the debug HANG packet is allowed (as the KMD's `hang_debug` parameter) | 0 |
+//! | `UMD_SIM_PUBLISH` | 1: each device publishes its debugfs views for `umd-smi` (`publish.rs`); 0: nothing is written | 1 |
+//! | `UMD_SIM_DIR` | where the per-user directory `aigpu-sim-<uid>` of the published views is (an absolute path) | `/tmp` |
 //! | `UMD_SIM_UAPI` | test hook: the UAPI version `MAJOR.MINOR` the simulated driver reports (libumd's version refusal; aigpu.ko's equivalent is the root-only debugfs file `inject_uapi_version`) | this libumd's |
 
 /// Parsed simulator settings.
@@ -21,6 +23,10 @@ pub struct SimConfig {
     pub hang_debug: bool,
     /// The UAPI version reported by QUERY (major, minor).
     pub uapi: (u32, u32),
+    /// Publish the devices' views for tools outside the process.
+    pub publish: bool,
+    /// The directory holding the per-user one (`None`: `/tmp`).
+    pub publish_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -31,6 +37,8 @@ impl Default for SimConfig {
             job_timeout_ms: 2000,
             hang_debug: false,
             uapi: (uapi::UAPI_MAJOR, uapi::UAPI_MINOR),
+            publish: true,
+            publish_dir: None,
         }
     }
 }
@@ -54,6 +62,8 @@ impl SimConfig {
             job_timeout_ms: num("UMD_SIM_JOB_TIMEOUT_MS", 10, 600_000, 2000)?,
             hang_debug: num("UMD_SIM_HANG_DEBUG", 0, 1, 0)? == 1,
             uapi: version("UMD_SIM_UAPI")?,
+            publish: num("UMD_SIM_PUBLISH", 0, 1, 1)? == 1,
+            publish_dir: absolute("UMD_SIM_DIR")?,
         })
     }
 }
@@ -69,5 +79,21 @@ fn version(name: &str) -> Result<(u32, u32), String> {
         _ => Err(format!(
             "{name}={s:?} is not a version MAJOR.MINOR (two whole numbers in 0..=65535)"
         )),
+    }
+}
+
+/// An absolute directory path; unset or empty: `None`.
+fn absolute(name: &str) -> Result<Option<std::path::PathBuf>, String> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => {
+            let p = std::path::PathBuf::from(&v);
+            if p.is_absolute() {
+                Ok(Some(p))
+            } else {
+                Err(format!("{name}={v:?} is not an absolute path"))
+            }
+        }
     }
 }

@@ -185,6 +185,8 @@ pub struct Gpu {
     pub(super) steps: AtomicU64,
     /// Nanoseconds the device thread spent making them (debugfs `busy_us`).
     pub(super) busy_ns: AtomicU64,
+    /// Its published views (`publish.rs`), unless publishing is off or refused.
+    pub(super) publisher: Option<super::publish::Publisher>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -227,7 +229,7 @@ impl Gpu {
         let gpu = Arc::new(Gpu {
             index,
             job_timeout: Duration::from_millis(cfg.job_timeout_ms),
-            cfg,
+            cfg: cfg.clone(),
             mem,
             dev: Mutex::new(dev),
             state: Mutex::new(State {
@@ -248,6 +250,11 @@ impl Gpu {
             fence_page,
             steps: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
+            publisher: if cfg.publish {
+                super::publish::Publisher::new(index, cfg.publish_dir.as_deref())
+            } else {
+                None
+            },
         });
         {
             let st = lock(&gpu.state);
@@ -345,6 +352,10 @@ impl Gpu {
                 ..Client::default()
             },
         );
+        drop(st);
+        if let Some(p) = &self.publisher {
+            p.reopen();
+        }
         Ok(())
     }
 
@@ -382,6 +393,13 @@ impl Gpu {
         if let Some(s) = slot {
             st.as_slots[s] = None;
             lock(&self.dev).mmio_write32(regs::as_config(s), 0);
+        }
+        let closed = st.clients.is_empty();
+        drop(st);
+        // The last file closed the device (the device thread may hold the GPU a little longer,
+        // past the process's exit).
+        if let (true, Some(p)) = (closed, &self.publisher) {
+            p.close(self);
         }
     }
 
@@ -733,5 +751,8 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(p) = &self.publisher {
+            p.close(self);
+        }
     }
 }

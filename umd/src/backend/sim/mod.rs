@@ -10,6 +10,7 @@ mod debugfs;
 pub mod gem;
 pub mod gpu;
 pub mod physmem;
+pub mod publish;
 mod recovery;
 mod sleep;
 pub mod vm;

@@ -374,6 +374,9 @@ pub(super) fn device_thread(gpu: std::sync::Weak<Gpu>) {
             g.watchdog();
             last_watchdog = Instant::now();
         }
+        if let Some(p) = &g.publisher {
+            p.tick(&g);
+        }
         let idle_wait = match step {
             Step::Progress => None,
             Step::Stalled => Some(Duration::from_micros(200)),
