@@ -925,6 +925,19 @@ fn device_text(d: &DeviceView) -> String {
 
 /// The device view for machines.
 pub fn render_json(v: &SmiView) -> Value {
+    let mut out = render_json_base(v);
+    // Only when there are some (the recorded machines keep their shape).
+    if !v.stale_sims.is_empty() {
+        out["stale_sim_dirs"] = v
+            .stale_sims
+            .iter()
+            .map(|s| json!({"dir": s.dir, "pid": s.pid, "comm": s.comm, "why": s.why}))
+            .collect();
+    }
+    out
+}
+
+fn render_json_base(v: &SmiView) -> Value {
     json!({
         "tool": "umd-smi",
         "version": env!("CARGO_PKG_VERSION"),
@@ -939,12 +952,6 @@ pub fn render_json(v: &SmiView) -> Value {
             "code": w.code().name(),
         })),
         "devices": v.devices.iter().map(device_json).collect::<Vec<_>>(),
-        "stale_sim_dirs": v.stale_sims.iter().map(|s| json!({
-            "dir": s.dir,
-            "pid": s.pid,
-            "comm": s.comm,
-            "why": s.why,
-        })).collect::<Vec<_>>(),
         "not_read": v.notes.0.iter().map(|n| json!({"what": n.what, "why": n.why})).collect::<Vec<_>>(),
     })
 }

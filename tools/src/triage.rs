@@ -347,6 +347,31 @@ pub fn files(s: &Snapshot, v: &Verdict) -> Vec<(String, String)> {
     if let Some(w) = s.ks.debugfs.why_not() {
         f.push(("debugfs/NOT-READ.txt".into(), format!("{w}\n")));
     }
+    // The simulator devices other processes publish, as the kernel's debugfs is kept.
+    for d in &s.ks.sims.live {
+        let base = format!("pid{}-{}", d.owner.pid, d.owner.device);
+        for (rel, text) in &d.views.files {
+            f.push((format!("sim/{base}/{rel}"), text.clone()));
+        }
+    }
+    if !s.ks.sims.stale.is_empty() {
+        f.push((
+            "sim/STALE.txt".into(),
+            s.ks.sims
+                .stale
+                .iter()
+                .map(|x| {
+                    format!(
+                        "dir={} pid={} why={} comm={}\n",
+                        x.dir,
+                        x.pid,
+                        x.why,
+                        x.comm.as_deref().unwrap_or("?")
+                    )
+                })
+                .collect(),
+        ));
+    }
     match &s.dmesg {
         Some(l) => f.push((
             "dmesg-aigpu.txt".into(),

@@ -2,8 +2,8 @@
 //! never a page fault), on both backends; an injected fault says so.
 
 use super::{
-    any_device, dmesg_ev, dmesg_found, ev, finding, hex, log_ev, losses_in_log, pid64, who, Facts,
-    Finding, Status,
+    any_device, dmesg_ev, dmesg_found, ev, finding, hex, log_ev, losses_in_log, pid64, sim_devices,
+    who, Facts, Finding, Status,
 };
 use crate::dmesg::Event;
 use crate::triage::Snapshot;
@@ -16,6 +16,9 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
     if !any_device(s) {
         if !from_logs.is_empty() {
             return Status::Findings(from_logs);
+        }
+        if let Some(st) = published(s) {
+            return st;
         }
         let sims = procs.iter().filter(|p| p.backend() == Some("sim")).count();
         if sims > 0 {
@@ -143,6 +146,46 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
             format!(" (as far as visible: {})", looked.join(", "))
         }
     ))
+}
+
+/// Without a kernel device: the simulator devices other processes publish, by their `status`.
+fn published(s: &Snapshot) -> Option<Status> {
+    let mut ok = Vec::new();
+    let mut out = Vec::new();
+    for d in sim_devices(s) {
+        let (Some(o), Some(dfs)) = (&d.owner, &d.debugfs) else {
+            continue;
+        };
+        let what = format!("{} of pid {} ({})", d.name, o.pid, o.comm);
+        if d.state() == "lost" {
+            out.push(
+                finding(
+                    format!("the simulated device {what} is lost: an engine reset failed or it fell off the bus; every later call fails with UMD_ERR_DEVICE_LOST"),
+                    dfs.status
+                        .iter()
+                        .map(|st| ev(format!("{}/status", dfs.dir), st.line.clone()))
+                        .collect(),
+                )
+                .with(Facts {
+                    kind: "device_lost",
+                    pid: Some(u64::from(o.pid)),
+                    fix: "restart the process (the simulated device is the process's own)".into(),
+                    ..Facts::default()
+                }),
+            );
+        } else {
+            ok.push(format!("{what} state {}", d.state()));
+        }
+    }
+    if !out.is_empty() {
+        return Some(Status::Findings(out));
+    }
+    (!ok.is_empty()).then(|| {
+        Status::Ok(format!(
+            "the simulated devices other processes publish: {}; no memory, bus or reset errors in their status",
+            ok.join(", ")
+        ))
+    })
 }
 
 /// `UMD_DEBUG_FAULT_*` values (include/umd.h).

@@ -1,17 +1,32 @@
 //! The kernel module: loaded or why not (version magic, unknown symbols), its own error
 //! reports, its render nodes.
 
-use super::{all_chose_sim, dmesg_ev, dmesg_found, ev, finding, log_ev, pid64, Facts, Status};
+use super::{
+    all_chose_sim, dmesg_ev, dmesg_found, ev, finding, live_sims_by_choice, log_ev, pid64,
+    sim_devices, Facts, Status,
+};
 use crate::dmesg::{self, Event};
 use crate::triage::Snapshot;
 use crate::umdlog::facts::{Fact, Process};
 use umd::backend::select::NoKernelDevice;
 
-/// The kernel-module layer. Not judged for processes that chose the simulator themselves:
-/// a missing module is no finding for them.
+/// The kernel-module layer. Not judged for processes that chose the simulator themselves
+/// (their log says so, or the owner file of the device they publish): a missing module is no
+/// finding for them.
 pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
     let m = &s.ks.module;
-    if !m.loaded && all_chose_sim(procs) {
+    let live = live_sims_by_choice(s);
+    let logged = procs.iter().any(|p| p.start().is_some());
+    if !m.loaded && !logged && !live.is_empty() {
+        let pids: Vec<String> = live.iter().map(u32::to_string).collect();
+        return Status::NotChecked(format!(
+            "not involved: pid {} runs on the simulator it asked for (UMD_BACKEND=sim: backend_why=requested in the owner file of its published device)",
+            pids.join(", ")
+        ));
+    }
+    // (`live` is empty when one of them fell back to the simulator.)
+    let sims_fine = sim_devices(s).next().is_none() || !live.is_empty();
+    if !m.loaded && all_chose_sim(procs) && sims_fine {
         let pids: Vec<String> = procs
             .iter()
             .filter_map(|p| p.pid.map(|x| x.to_string()))
@@ -88,6 +103,16 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
                     e.push(log_ev(r));
                     pid = pid.or(pid64(p));
                 }
+            }
+        }
+        // The live simulator devices of processes that fell back to the simulator for it.
+        for d in sim_devices(s) {
+            let (Some(o), Some(dfs)) = (&d.owner, &d.debugfs) else {
+                continue;
+            };
+            if o.backend_why == nd.name() {
+                e.push(ev(format!("{}/owner", dfs.dir), o.to_string().trim_end()));
+                pid = pid.or(Some(u64::from(o.pid)));
             }
         }
         out.push(finding(nd.describe(), e).with(Facts {

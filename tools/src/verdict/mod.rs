@@ -219,6 +219,25 @@ pub(crate) fn all_chose_sim(procs: &[Process<'_>]) -> bool {
     !started.is_empty() && started.iter().all(|p| p.chose_sim())
 }
 
+/// The live simulator devices other processes publish (`simdir.rs`), not the kernel's.
+pub(crate) fn sim_devices(s: &Snapshot) -> impl Iterator<Item = &crate::smi::DeviceView> {
+    s.view.devices.iter().filter(|d| d.owner.is_some())
+}
+
+/// The pids of the live simulator devices whose owner asked for the simulator
+/// (`backend_why=requested`: `UMD_BACKEND=sim`), when every such device's owner did; empty
+/// otherwise.
+pub(crate) fn live_sims_by_choice(s: &Snapshot) -> Vec<u32> {
+    let owners: Vec<&umd::backend::sim::publish::Owner> =
+        sim_devices(s).filter_map(|d| d.owner.as_ref()).collect();
+    if owners.iter().any(|o| o.backend_why != "requested") {
+        return Vec::new();
+    }
+    let mut pids: Vec<u32> = owners.iter().map(|o| o.pid).collect();
+    pids.dedup();
+    pids
+}
+
 /// `0x..`.
 pub(crate) fn hex(v: u64) -> String {
     format!("{v:#x}")
@@ -334,12 +353,18 @@ pub(crate) fn losses_in_log(dm: &[(String, Found)]) -> Vec<LostInLog<'_>> {
     out
 }
 
+/// The kernel's devices (a published simulator device is another process's own, not one a
+/// process could have been given instead of the simulator).
 pub(crate) fn device_names(s: &Snapshot) -> Vec<String> {
-    s.view.devices.iter().map(|d| d.name.clone()).collect()
+    kernel_devices(s).map(|d| d.name.clone()).collect()
 }
 
 pub(crate) fn any_device(s: &Snapshot) -> bool {
-    !s.view.devices.is_empty()
+    kernel_devices(s).next().is_some()
+}
+
+fn kernel_devices(s: &Snapshot) -> impl Iterator<Item = &crate::smi::DeviceView> {
+    s.view.devices.iter().filter(|d| d.owner.is_none())
 }
 
 #[cfg(test)]
