@@ -26,6 +26,7 @@ pub const MODULES: &[&str] = &[
     "umd::backend::sim::gem",
     "umd::backend::sim::gpu",
     "umd::backend::sim::physmem",
+    "umd::backend::sim::publish",
     "umd::backend::sim::recovery",
     "umd::backend::sim::sleep",
     "umd::backend::sim::vm",
