@@ -5,7 +5,7 @@
 
 #[path = "../../umd/tests/c_util.rs"]
 mod c_util;
-#[path = "../../umd/tests/sim_hold_util.rs"]
+#[path = "../../umd/tests/support/sim_hold.rs"]
 mod sim_hold_util;
 
 use serde_json::{json, Value};

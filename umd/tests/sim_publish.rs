@@ -5,7 +5,7 @@
 
 #[path = "c_util.rs"]
 mod c_util;
-#[path = "sim_hold_util.rs"]
+#[path = "support/sim_hold.rs"]
 mod sim_hold_util;
 
 use sim_hold_util::{command, dev_dir, field, fresh, wait_until, Holder};

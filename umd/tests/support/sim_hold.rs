@@ -1,6 +1,7 @@
 //! Running tests/c/sim_hold.c, a process on the simulator that holds its device open until its
 //! standard input closes, so another process can look at it (umd/tests/sim_publish.rs,
-//! tools/tests/sim_export.rs; included with `#[path]` next to `c_util.rs`, no tests of its own).
+//! tools/tests/sim_export.rs; included with `#[path]` after `c_util.rs`, in a subdirectory so that
+//! cargo does not build it as a test of its own).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
