@@ -6,26 +6,11 @@
  * Mode "fork" (argv[1]): after the work, it forks a child that opens nothing, sleeps 600 ms
  * (longer than the publishing period) and exits with exit(0); the parent waits for it and
  * prints "child pid=<pid> status=<status>" before "ready". */
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "umd.h"
-
-static int fail(umdResult r, const char *call) {
-    umdErrorDetail d = {.struct_size = sizeof d};
-    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) d.message[0] = '\0';
-    fprintf(stderr, "%s: %s: %s\n", call, umdGetErrorName(r), d.message);
-    return 1;
-}
-#define CHECK(call)                                              \
-    do {                                                         \
-        umdResult r_ = (call);                                   \
-        if (r_ != UMD_SUCCESS) return fail(r_, #call);           \
-    } while (0)
+#include "../triage/staged.h" /* CHECK: the failing call's code, status 1 */
 
 static int fill(umdContext ctx, umdDevicePtr va, uint32_t value) {
     umdCmdBuf cb;

@@ -32,15 +32,19 @@ fn smi(sim_dir: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn smi_json(sim_dir: &Path) -> Value {
-    let o = smi(sim_dir, &["--json"]).output().expect("run umd-smi");
+/// The JSON document a run printed.
+fn json_of(o: &std::process::Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
-            "umd-smi --json: {e}\n{}\n{}",
+            "not JSON: {e}\n{}\n{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         )
     })
+}
+
+fn smi_json(sim_dir: &Path) -> Value {
+    json_of(&smi(sim_dir, &["--json"]).output().expect("run umd-smi"))
 }
 
 /// The devices of `pid` in a `umd-smi --json` view.
@@ -273,13 +277,7 @@ fn triage_of_a_live_simulator_process_keeps_its_views_and_does_not_blame_the_ker
     )
     .output()
     .expect("run umd-smi triage");
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
+    let v = json_of(&o);
     let layer = |name: &str| -> Value {
         v["verdict"]
             .as_array()

@@ -30,12 +30,8 @@ fn publish_warnings(stderr: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_live_process_publishes_its_views_and_removes_them_at_close() {
-    let base = fresh("live");
-    let h = Holder::start(command(&base, "", &[("UMD_POOL", "off")]));
-    let dir = dev_dir(&base, h.pid, 0);
-    // The first round may be written before the contexts exist: wait for the state it holds.
+/// The `clients` file once it shows both jobs, which must be its only line.
+fn clients_after_the_work(dir: &Path, pid: u32) {
     let clients = wait_until(|| {
         std::fs::read_to_string(dir.join("clients"))
             .ok()
@@ -44,11 +40,17 @@ fn a_live_process_publishes_its_views_and_removes_them_at_close() {
     .expect("clients published with both jobs");
     assert_eq!(
         clients,
-        format!(
-            "client=1 pid={} comm=sim_hold mem=1048576 objects=1 contexts=2 jobs=2\n",
-            h.pid
-        )
+        format!("client=1 pid={pid} comm=sim_hold mem=1048576 objects=1 contexts=2 jobs=2\n")
     );
+}
+
+#[test]
+fn a_live_process_publishes_its_views_and_removes_them_at_close() {
+    let base = fresh("live");
+    let h = Holder::start(command(&base, "", &[("UMD_POOL", "off")]));
+    let dir = dev_dir(&base, h.pid, 0);
+    // The first round may be written before the contexts exist: wait for the state it holds.
+    clients_after_the_work(&dir, h.pid);
     let status = wait_until(|| {
         std::fs::read_to_string(dir.join("status"))
             .ok()
@@ -133,26 +135,29 @@ fn a_live_process_publishes_its_views_and_removes_them_at_close() {
     assert_eq!(publish_warnings(&end.stderr), Vec::<String>::new());
 }
 
+/// Runs sim_hold below `base` for `ms` (past a few publishing periods) and checks that it
+/// worked and said exactly one `sim_publish_off` WARN: (its pid, the WARN line).
+fn works_with_one_warning(base: &Path, envs: &[(&str, &str)], ms: u64) -> (u32, String) {
+    let h = Holder::start(command(base, "", envs));
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    let pid = h.pid;
+    let end = h.finish();
+    assert_eq!(end.code, Some(0), "{}", end.stderr);
+    assert_eq!(end.stdout, "closed\n");
+    let mut w = publish_warnings(&end.stderr);
+    assert_eq!(w.len(), 1, "{}", end.stderr);
+    (pid, w.remove(0))
+}
+
 /// Runs sim_hold with the per-user directory prepared by `prepare`, and checks that the process
 /// works, nothing is published and one WARN names the directory and why.
 fn refused(name: &str, prepare: impl FnOnce(&Path), why: &str) {
     let base = fresh(name);
     let user = base.join(format!("aigpu-sim-{}", uid()));
     prepare(&user);
-    let h = Holder::start(command(&base, "", &[]));
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    let pid = h.pid;
-    let end = h.finish();
-    assert_eq!(end.code, Some(0), "{}", end.stderr);
-    assert_eq!(end.stdout, "closed\n");
-    let w = publish_warnings(&end.stderr);
-    assert_eq!(w.len(), 1, "{}", end.stderr);
-    assert!(
-        w[0].contains(&format!("path={} ", user.display())),
-        "{}",
-        w[0]
-    );
-    assert!(w[0].contains(&format!("reason=\"{why}\"")), "{}", w[0]);
+    let (pid, w) = works_with_one_warning(&base, &[], 400);
+    assert!(w.contains(&format!("path={} ", user.display())), "{w}");
+    assert!(w.contains(&format!("reason=\"{why}\"")), "{w}");
     assert!(!user.join(pid.to_string()).exists());
 }
 
@@ -209,19 +214,10 @@ fn a_missing_base_directory_turns_publishing_off() {
     let top = fresh("missing");
     let base = top.join("absent");
     let logs = top.join("logs");
-    let h = Holder::start(command(
-        &base,
-        "",
-        &[("UMD_LOG_DIR", logs.to_str().expect("utf8"))],
-    ));
-    let end = h.finish();
-    assert_eq!(end.code, Some(0), "{}", end.stderr);
-    let w = publish_warnings(&end.stderr);
-    assert_eq!(w.len(), 1, "{}", end.stderr);
+    let (_, w) = works_with_one_warning(&base, &[("UMD_LOG_DIR", logs.to_str().expect("utf8"))], 0);
     assert!(
-        w[0].contains("reason=\"No such file or directory (os error 2)\""),
-        "{}",
-        w[0]
+        w.contains("reason=\"No such file or directory (os error 2)\""),
+        "{w}"
     );
     assert!(!base.exists());
 }
@@ -250,20 +246,13 @@ fn a_full_file_system_is_one_warning_and_the_process_keeps_working() {
         }
     }
     let _u = Unmount(&base);
-    let h = Holder::start(command(&base, "", &[]));
-    let dir = dev_dir(&base, h.pid, 0);
     // Later rounds stay silent.
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    let end = h.finish();
-    assert_eq!(end.code, Some(0), "{}", end.stderr);
-    assert_eq!(end.stdout, "closed\n");
-    let w = publish_warnings(&end.stderr);
-    assert_eq!(w.len(), 1, "{}", end.stderr);
+    let (pid, w) = works_with_one_warning(&base, &[], 700);
+    let dir = dev_dir(&base, pid, 0);
     assert!(
-        w[0].contains(&format!("path={} ", dir.join("queues").display()))
-            && w[0].contains("No space left on device"),
-        "{}",
-        w[0]
+        w.contains(&format!("path={} ", dir.join("queues").display()))
+            && w.contains("No space left on device"),
+        "{w}"
     );
     // The close removes what was written.
     assert!(!dir.exists());
@@ -356,19 +345,7 @@ fn a_forked_child_does_not_publish_as_its_parent() {
     })
     .expect("parent's owner file");
     assert_eq!(owner.pid, h.pid);
-    let clients = wait_until(|| {
-        std::fs::read_to_string(dir.join("clients"))
-            .ok()
-            .filter(|c| c.contains(" jobs=2"))
-    })
-    .expect("parent's clients");
-    assert_eq!(
-        clients,
-        format!(
-            "client=1 pid={} comm=sim_hold mem=1048576 objects=1 contexts=2 jobs=2\n",
-            h.pid
-        )
-    );
+    clients_after_the_work(&dir, h.pid);
     let end = h.finish();
     assert_eq!(end.code, Some(0), "{}", end.stderr);
     assert!(!dir.exists());
