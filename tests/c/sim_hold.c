@@ -5,7 +5,10 @@
  *
  * Mode "fork" (argv[1]): after the work, it forks a child that opens nothing, sleeps 600 ms
  * (longer than the publishing period) and exits with exit(0); the parent waits for it and
- * prints "child pid=<pid> status=<status>" before "ready". */
+ * prints "child pid=<pid> status=<status>" before "ready".
+ *
+ * Mode "leave": when its input ends it exits at once, its device, contexts and buffer still
+ * open. */
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +61,10 @@ int main(int argc, char **argv) {
     printf("ready pid=%d\n", (int)getpid());
     fflush(stdout);
     if (fgets(line, sizeof line, stdin) == NULL) line[0] = '\0';
+    if (argc > 1 && strcmp(argv[1], "leave") == 0) {
+        printf("left open\n");
+        return 0;
+    }
     CHECK(umdMemFree(buf));
     CHECK(umdContextDestroy(a));
     CHECK(umdContextDestroy(b));

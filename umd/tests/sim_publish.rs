@@ -350,3 +350,46 @@ fn a_forked_child_does_not_publish_as_its_parent() {
     assert_eq!(end.code, Some(0), "{}", end.stderr);
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_process_that_exits_with_its_device_open_removes_its_directory() {
+    let base = fresh("leave");
+    let h = Holder::start(command(&base, "leave", &[("UMD_POOL", "off")]));
+    let dir = dev_dir(&base, h.pid, 0);
+    clients_after_the_work(&dir, h.pid);
+    let pid = h.pid;
+    let end = h.finish();
+    assert_eq!(
+        (end.code, end.stdout.as_str()),
+        (Some(0), "left open\n"),
+        "{}",
+        end.stderr
+    );
+    assert!(!dir.exists(), "{} left after exit", dir.display());
+    assert!(!base.join(format!("aigpu-sim-{}/{pid}", uid())).exists());
+}
+
+#[test]
+fn the_next_process_removes_the_directory_a_killed_one_left() {
+    let base = fresh("sweep");
+    let killed = Holder::start(command(&base, "", &[]));
+    let left = dev_dir(&base, killed.pid, 0);
+    wait_until(|| left.join("owner").exists().then_some(())).expect("published");
+    let end = killed.kill();
+    assert_eq!(end.code, None);
+    assert!(
+        left.join("owner").exists(),
+        "a killed process cannot clean up"
+    );
+    // A directory being created (no owner yet) is left alone.
+    let creating = dev_dir(&base, 1, 0);
+    std::fs::create_dir_all(&creating).expect("mkdir");
+    let next = Holder::start(command(&base, "", &[]));
+    assert!(!left.exists(), "{} not removed", left.display());
+    assert!(!left.parent().expect("pid dir").exists());
+    assert!(creating.exists());
+    let mine = dev_dir(&base, next.pid, 0);
+    wait_until(|| mine.join("owner").exists().then_some(())).expect("published");
+    let end = next.finish();
+    assert_eq!(end.code, Some(0), "{}", end.stderr);
+}

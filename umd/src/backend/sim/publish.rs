@@ -238,12 +238,14 @@ impl Publisher {
             );
             return None;
         }
+        sweep_once(&user);
         let pid_dir = user.join(pid().to_string());
         let dir = pid_dir.join(format!("dev{index}"));
         if let Err(e) = own_dir(&pid_dir).and_then(|_| own_dir(&dir)) {
             warn_write(&dir, &e.to_string());
             return None;
         }
+        remember(&dir);
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
         let comm = std::fs::read_to_string("/proc/self/comm")
             .unwrap_or_default()
@@ -362,6 +364,7 @@ impl Publisher {
 
     /// Device close (its last file went): the views once more, then the directory goes (and
     /// the pid's when empty).
+    /// (A process that exits with the device open removes it at exit: [`remember`].)
     pub fn close(&self, gpu: &Gpu) {
         if !self.mine() {
             return;
@@ -372,16 +375,93 @@ impl Publisher {
         }
         self.write(gpu, &mut w);
         w.open = false;
-        for f in FILES {
-            let _ = std::fs::remove_file(self.dir.join(f));
-            let _ = std::fs::remove_file(self.dir.join(format!(".{f}.tmp")));
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-        // Fails while another device of the process is still published there.
-        if let Some(p) = self.dir.parent() {
-            let _ = std::fs::remove_dir(p);
-        }
+        remove(&self.dir);
     }
+}
+
+/// Removes a device directory the process wrote (only the files it writes: nothing else is
+/// followed or deleted), then the pid's directory when it is empty.
+fn remove(dir: &Path) {
+    for f in FILES {
+        let _ = std::fs::remove_file(dir.join(f));
+        let _ = std::fs::remove_file(dir.join(format!(".{f}.tmp")));
+    }
+    let _ = std::fs::remove_dir(dir);
+    // Fails while another device of the process is still published there.
+    if let Some(p) = dir.parent() {
+        let _ = std::fs::remove_dir(p);
+    }
+}
+
+/// The device directories this process published: (pid, dir), removed by [`at_exit`].
+static PUBLISHED: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Records a published directory, and registers [`at_exit`] once.
+fn remember(dir: &Path) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    lock(&PUBLISHED).push((pid(), dir.to_path_buf()));
+    REGISTERED.call_once(|| {
+        extern "C" {
+            /// glibc: like `atexit`, with the exit status.
+            fn on_exit(
+                f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
+                arg: *mut libc::c_void,
+            ) -> libc::c_int;
+        }
+        // SAFETY: registers a plain function with a null argument.
+        unsafe {
+            on_exit(at_exit, std::ptr::null_mut());
+        }
+    });
+}
+
+/// At `exit()`: the directories this process still publishes go (a device left open is not a
+/// device once the process is gone). A forked child inherits the handler and the list: it
+/// removes only what its own pid published, never its parent's.
+extern "C" fn at_exit(_status: libc::c_int, _arg: *mut libc::c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        // Never wait at exit: a thread that held the lock is gone or still running.
+        let Ok(v) = PUBLISHED.try_lock() else { return };
+        let me = pid();
+        for (_, dir) in v.iter().filter(|(p, _)| *p == me) {
+            remove(dir);
+        }
+    });
+}
+
+/// Removes, once per process, the directories of this user's processes that are gone (killed,
+/// or exited before [`at_exit`] ran): their `owner` names a pid that no longer runs with that
+/// start time. A directory without `owner` is being created and stays.
+fn sweep_once(user: &Path) {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let Ok(pids) = std::fs::read_dir(user) else {
+            return;
+        };
+        for e in pids.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(devs) = std::fs::read_dir(e.path()) else {
+                continue;
+            };
+            for d in devs.flatten() {
+                let dir = d.path();
+                let Some(o) = std::fs::read_to_string(dir.join("owner"))
+                    .ok()
+                    .and_then(|t| Owner::parse(&t))
+                else {
+                    continue;
+                };
+                let now = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| running_start_time(&s));
+                if o.pid != pid || now != Some(o.start_time) {
+                    remove(&dir);
+                }
+            }
+        }
+    });
 }
 
 /// The one WARN of a device whose files cannot be written.
