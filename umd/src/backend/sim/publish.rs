@@ -19,7 +19,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// How often a changed device is written at most.
-pub const PERIOD_MS: u64 = 200;
+const PERIOD_MS: u64 = 200;
 
 /// The published files, in the order they are written (`owner` last: it dates the others).
 pub const FILES: [&str; 6] = ["name", "status", "queues", "clients", "contexts", "owner"];
