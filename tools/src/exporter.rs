@@ -3,7 +3,8 @@
 //!
 //! Naming follows Prometheus' conventions: an `aigpu_` prefix, base units in the name
 //! (`_bytes`, `_seconds`), `_total` on counters, one `_info` metric carrying the versions as
-//! labels. Per device the labels are `device` (aigpu0); per queue also `queue` and `priority`;
+//! labels. Per device the labels are `device` (aigpu0; `sim0@<pid>` for another process's
+//! simulator device, `DeviceView::unique_name`); per queue also `queue` and `priority`;
 //! per client (an open file, debugfs `clients`) also `client`, `pid` and `command`. A device
 //! whose debugfs is not readable (not root) has only the metrics the query ioctl gives.
 //!
@@ -134,7 +135,8 @@ pub fn render(v: &SmiView, drops: Option<&[(u32, u64)]>) -> String {
         v.devices.len(),
     );
     for d in &v.devices {
-        let dev = d.name.as_str();
+        let unique = d.unique_name();
+        let dev = unique.as_str();
         let st = d.debugfs.as_ref().and_then(|x| x.status.as_ref());
         let hw = st.and_then(|s| s.get("hw")).unwrap_or("");
         let (drv, uapi) = (d.driver().unwrap_or_default(), d.uapi().unwrap_or_default());

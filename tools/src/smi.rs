@@ -84,6 +84,15 @@ pub struct DeviceView {
 }
 
 impl DeviceView {
+    /// A name unique on the machine: the device's, and for another process's simulator device
+    /// `sim0@<pid>` (every simulator process has its own `sim0`).
+    pub fn unique_name(&self) -> String {
+        match &self.owner {
+            Some(o) => format!("{}@{}", self.name, o.pid),
+            None => self.name.clone(),
+        }
+    }
+
     fn status(&self) -> Option<&Kv> {
         self.debugfs.as_ref().and_then(|d| d.status.as_ref())
     }

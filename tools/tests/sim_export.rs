@@ -135,6 +135,22 @@ fn umd_smi_lists_a_live_simulator_process_with_its_views_and_drops_it_after_exit
         "{text}"
     );
 
+    // The exporter: every simulator process has a sim0, so its device label carries the pid.
+    let prom = base.join("metrics.prom");
+    let o = smi(
+        &base,
+        &["exporter", "--textfile", prom.to_str().expect("utf8")],
+    )
+    .output()
+    .expect("run umd-smi exporter");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let metrics = std::fs::read_to_string(&prom).expect("metrics");
+    let line = format!(
+        "aigpu_memory_used_bytes{{device=\"sim0@{}\"}} 1048576\n",
+        h.pid
+    );
+    assert!(metrics.contains(&line), "{metrics}");
+
     let pid = h.pid;
     let end = h.finish();
     assert_eq!(end.code, Some(0), "{}", end.stderr);
