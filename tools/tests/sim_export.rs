@@ -61,14 +61,7 @@ fn devices_of(v: &Value, pid: u32) -> Vec<Value> {
 /// Starts sim_hold and waits until its device's views show the whole workload.
 fn held(base: &Path) -> Holder {
     let h = Holder::start(command(base, "", &[("UMD_POOL", "off")]));
-    let dir = dev_dir(base, h.pid, 0);
-    wait_until(|| {
-        let c = std::fs::read_to_string(dir.join("contexts")).ok()?;
-        let o = std::fs::read_to_string(dir.join("owner")).ok()?;
-        let s = std::fs::read_to_string(dir.join("status")).ok()?;
-        (c.lines().count() == 2 && s.contains(" jobs=2 ") && !o.is_empty()).then_some(())
-    })
-    .expect("the device's views published");
+    sim_hold_util::wait_for_the_work(&dev_dir(base, h.pid, 0));
     h
 }
 

@@ -49,14 +49,10 @@ fn a_live_process_publishes_its_views_and_removes_them_at_close() {
     let base = fresh("live");
     let h = Holder::start(command(&base, "", &[("UMD_POOL", "off")]));
     let dir = dev_dir(&base, h.pid, 0);
-    // The first round may be written before the contexts exist: wait for the state it holds.
+    // The first rounds may be written before the work is done: wait for the state it holds.
+    sim_hold_util::wait_for_the_work(&dir);
     clients_after_the_work(&dir, h.pid);
-    let status = wait_until(|| {
-        std::fs::read_to_string(dir.join("status"))
-            .ok()
-            .filter(|s| s.contains(" jobs=2 "))
-    })
-    .expect("status");
+    let status = read(&dir.join("status"));
     for (k, v) in [
         ("device", "sim0"),
         ("state", "ok"),
@@ -68,13 +64,7 @@ fn a_live_process_publishes_its_views_and_removes_them_at_close() {
     ] {
         assert_eq!(field(status.trim_end(), k), Some(v), "{k} in {status}");
     }
-    // Each file is replaced whole; `contexts` is written after `clients` in a round.
-    let contexts = wait_until(|| {
-        std::fs::read_to_string(dir.join("contexts"))
-            .ok()
-            .filter(|c| c.lines().count() == 2)
-    })
-    .expect("contexts");
+    let contexts = read(&dir.join("contexts"));
     let lines: Vec<&str> = contexts.lines().collect();
     assert_eq!(lines.len(), 2, "{contexts}");
     assert_eq!(

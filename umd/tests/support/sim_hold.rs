@@ -186,3 +186,19 @@ pub fn dev_dir(sim_dir: &Path, pid: u32, n: u32) -> PathBuf {
         .join(pid.to_string())
         .join(format!("dev{n}"))
 }
+
+/// Waits until the views in `dir` show sim_hold's whole workload: both contexts' jobs complete
+/// in `contexts`, two jobs in `status` and `clients`, and an `owner` (a round writes the files
+/// one after the other, so each is waited for on its own).
+pub fn wait_for_the_work(dir: &Path) {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    wait_until(|| {
+        let c = read("contexts")?;
+        let done = c.lines().count() == 2 && c.lines().all(|l| l.contains(" completed=1 "));
+        let s = read("status")?;
+        let k = read("clients")?;
+        let o = read("owner")?;
+        (done && s.contains(" jobs=2 ") && k.contains(" jobs=2") && !o.is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}: the work is not published", dir.display()));
+}
