@@ -9,7 +9,7 @@ mod c_util;
 mod sim_hold_util;
 
 use serde_json::{json, Value};
-use sim_hold_util::{command, dev_dir, fresh, wait_until, Holder};
+use sim_hold_util::{command, dev_dir, fresh, Holder};
 use std::path::Path;
 use std::process::Command;
 

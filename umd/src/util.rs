@@ -32,6 +32,23 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// A handler glibc runs inside `exit()` (and at the return from `main`) with the exit status.
+pub type ExitHandler = extern "C" fn(status: libc::c_int, arg: *mut libc::c_void);
+
+/// Registers `f` with glibc's `on_exit` (declared here, inside the function, so that the C
+/// header generated from the crate does not list it). The handler must not unwind into C.
+pub fn on_exit(f: ExitHandler) {
+    extern "C" {
+        /// glibc: like `atexit`, but the handler receives the exit status.
+        fn on_exit(f: ExitHandler, arg: *mut libc::c_void) -> libc::c_int;
+    }
+    // SAFETY: `on_exit` registers a plain function with a null argument; glibc calls it at
+    // exit() or the return from main with the exit status.
+    unsafe {
+        on_exit(f, std::ptr::null_mut());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -235,21 +235,9 @@ pub fn set_by_api(name: &str, value: &str, call: &str) {
     );
 }
 
-/// Registers [`exited`] with glibc's `on_exit` (declared here, inside the function, so that the
-/// C header generated from the crate does not list it).
+/// Registers [`exited`] to run inside `exit()`.
 fn at_exit() {
-    extern "C" {
-        /// glibc: like `atexit`, but the handler receives the exit status.
-        fn on_exit(
-            f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
-            arg: *mut libc::c_void,
-        ) -> libc::c_int;
-    }
-    // SAFETY: `on_exit` registers a plain function with a null argument; glibc calls it at
-    // exit() or the return from main with the exit status.
-    unsafe {
-        on_exit(exited, std::ptr::null_mut());
-    }
+    crate::util::on_exit(exited);
 }
 
 /// The `process exit` record: how the process ended and what was still live. Runs inside

@@ -400,19 +400,7 @@ static PUBLISHED: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 fn remember(dir: &Path) {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     lock(&PUBLISHED).push((pid(), dir.to_path_buf()));
-    REGISTERED.call_once(|| {
-        extern "C" {
-            /// glibc: like `atexit`, with the exit status.
-            fn on_exit(
-                f: extern "C" fn(status: libc::c_int, arg: *mut libc::c_void),
-                arg: *mut libc::c_void,
-            ) -> libc::c_int;
-        }
-        // SAFETY: registers a plain function with a null argument.
-        unsafe {
-            on_exit(at_exit, std::ptr::null_mut());
-        }
-    });
+    REGISTERED.call_once(|| crate::util::on_exit(at_exit));
 }
 
 /// At `exit()`: the directories this process still publishes go (a device left open is not a
