@@ -270,11 +270,6 @@ impl Publisher {
         })
     }
 
-    /// The device's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// True in the process that created it, while it owns `dev<N>`.
     fn mine(&self) -> bool {
         pid() == self.pid && CURRENT[self.index as usize].load(Ordering::Acquire) == self.id
