@@ -203,15 +203,18 @@ pub struct RunTimes {
 }
 
 impl RunTimes {
-    /// A job submitted at `submitted_ns` was retired at `now_ns`: how long it ran, ms.
-    pub fn completed(&mut self, submitted_ns: u64, now_ns: u64) -> u32 {
+    /// A job submitted at `submitted_ns` ended at `end_ns`: how long it ran, ns (also the
+    /// queue's busy time it adds).
+    pub fn completed(&mut self, submitted_ns: u64, end_ns: u64) -> u64 {
         let start = if submitted_ns > self.last_done_ns {
             submitted_ns
         } else {
             self.last_done_ns
         };
-        self.last_done_ns = now_ns;
-        ms_between(start, now_ns)
+        if end_ns > self.last_done_ns {
+            self.last_done_ns = end_ns;
+        }
+        end_ns.saturating_sub(start)
     }
 
     /// After an engine reset at `now_ns`: the resubmitted jobs start again from there.
@@ -364,13 +367,15 @@ mod tests {
         const MS: u64 = 1_000_000;
         let mut t = RunTimes::default();
         // Submitted at 10 ms onto an idle queue, done at 15 ms.
-        assert_eq!(t.completed(10 * MS, 15 * MS), 5);
+        assert_eq!(t.completed(10 * MS, 15 * MS), 5 * MS);
         // Submitted at 12 ms behind it: it started at 15 ms.
-        assert_eq!(t.completed(12 * MS, 40 * MS), 25);
+        assert_eq!(t.completed(12 * MS, 40 * MS), 25 * MS);
+        // An end reported before the last one (an interrupt time older than a retirement).
+        assert_eq!(t.completed(20 * MS, 38 * MS), 0);
         // Submitted after the queue went idle.
-        assert_eq!(t.completed(100 * MS, 101 * MS), 1);
+        assert_eq!(t.completed(100 * MS, 101 * MS), MS);
         t.restart(200 * MS);
-        assert_eq!(t.completed(150 * MS, 207 * MS), 7, "resubmitted at the reset");
+        assert_eq!(t.completed(150 * MS, 207 * MS), 7 * MS, "resubmitted at the reset");
         assert_eq!(ms_between(5 * MS, MS), 0);
         assert_eq!(ms_between(0, u64::MAX), u32::MAX);
     }

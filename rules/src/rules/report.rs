@@ -6,7 +6,7 @@
 //! Each format is a struct whose `Display` writes the line (without a newline), so the kernel
 //! prints it into its text buffer and the simulator into a `String` with the same code.
 
-use core::fmt::{self, Display, Formatter, Write as _};
+use core::fmt::{self, Display, Formatter};
 
 use super::names::{prio_name, reset_name};
 use super::Ban;
@@ -375,6 +375,7 @@ impl Display for QueueLine {
 #[cfg(test)]
 mod tests {
     use super::super::recovery::RecentJobs;
+    use core::fmt::Write as _;
     use super::*;
 
     struct Buf {
