@@ -351,7 +351,10 @@ mod tests {
         for ms in 1..=3 {
             r.push(ms);
         }
-        assert_eq!(r.iter().collect::<heapless_vec::V>().0, [1, 2, 3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            r.iter().collect::<heapless_vec::V>().0,
+            [1, 2, 3, 0, 0, 0, 0, 0, 0, 0]
+        );
         for ms in 4..=11 {
             r.push(ms);
         }
@@ -375,7 +378,11 @@ mod tests {
         // Submitted after the queue went idle.
         assert_eq!(t.completed(100 * MS, 101 * MS), MS);
         t.restart(200 * MS);
-        assert_eq!(t.completed(150 * MS, 207 * MS), 7 * MS, "resubmitted at the reset");
+        assert_eq!(
+            t.completed(150 * MS, 207 * MS),
+            7 * MS,
+            "resubmitted at the reset"
+        );
         assert_eq!(ms_between(5 * MS, MS), 0);
         assert_eq!(ms_between(0, u64::MAX), u32::MAX);
     }

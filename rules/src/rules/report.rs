@@ -118,7 +118,12 @@ pub enum QueueActivity {
 impl QueueActivity {
     /// From the queue's registers; `at_wait_desc`: the descriptor at the ring head is a WAIT
     /// descriptor (the driver knows its descriptors; the device says only "waiting").
-    pub const fn from_regs(state: u32, wait_addr: u64, wait_value: u64, at_wait_desc: bool) -> Self {
+    pub const fn from_regs(
+        state: u32,
+        wait_addr: u64,
+        wait_value: u64,
+        at_wait_desc: bool,
+    ) -> Self {
         match state {
             regs::QSTATE_RUNNING => QueueActivity::Executing,
             regs::QSTATE_HUNG => QueueActivity::Hung,
@@ -148,7 +153,7 @@ impl QueueActivity {
 /// The facts of a job timeout that tell a genuine hang from a timeout set too short, in the
 /// dmesg line ([`HangLine`]), the crash dump's `hang` line and the simulator's log record:
 /// `ran_ms=... state=...[ wait=... wait_va|wait_pa=... wait_value=...] offset=... timeout_ms=...
-/// timeout_source=... recent_ms=<a,b,...|->`.
+/// timeout_source=... recent_ms=<a,b,...|none>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HangFacts {
     /// How long the job had run when it was stopped, from its start on the queue (the
@@ -166,10 +171,10 @@ pub struct HangFacts {
 }
 
 impl HangFacts {
-    /// `recent_ms`'s value: the run times joined with `,`, or `-` for none.
+    /// `recent_ms`'s value: the run times joined with `,`, or `none`.
     pub fn write_recent(&self, f: &mut impl fmt::Write) -> fmt::Result {
         if self.recent.is_empty() {
-            return f.write_str("-");
+            return f.write_str("none");
         }
         for (i, ms) in self.recent.iter().enumerate() {
             if i > 0 {
@@ -183,7 +188,12 @@ impl HangFacts {
 
 impl Display for HangFacts {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        write!(f, "ran_ms={} state={}", self.ran_ms, self.activity.state_name())?;
+        write!(
+            f,
+            "ran_ms={} state={}",
+            self.ran_ms,
+            self.activity.state_name()
+        )?;
         match self.activity {
             QueueActivity::WaitMem { va, value } => {
                 write!(f, " wait=mem wait_va={:#x} wait_value={}", va, value)?
@@ -375,8 +385,8 @@ impl Display for QueueLine {
 #[cfg(test)]
 mod tests {
     use super::super::recovery::RecentJobs;
-    use core::fmt::Write as _;
     use super::*;
+    use core::fmt::Write as _;
 
     struct Buf {
         b: [u8; 512],
@@ -386,7 +396,10 @@ mod tests {
     impl fmt::Write for Buf {
         fn write_str(&mut self, s: &str) -> fmt::Result {
             let end = self.n + s.len();
-            self.b.get_mut(self.n..end).ok_or(fmt::Error)?.copy_from_slice(s.as_bytes());
+            self.b
+                .get_mut(self.n..end)
+                .ok_or(fmt::Error)?
+                .copy_from_slice(s.as_bytes());
             self.n = end;
             Ok(())
         }
@@ -448,7 +461,7 @@ mod tests {
                 guilty: Some((2, 1, owner)),
                 facts: f,
             },
-            "job timeout: ctx=2 pid=4411 comm=python queue=3 job=9 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=24 timeout_ms=2000 timeout_source=module_param recent_ms=-; context banned, resetting engine",
+            "job timeout: ctx=2 pid=4411 comm=python queue=3 job=9 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=24 timeout_ms=2000 timeout_source=module_param recent_ms=none; context banned, resetting engine",
         );
         f.activity = QueueActivity::WaitFence {
             pa: 0x10_0008,
@@ -462,7 +475,7 @@ mod tests {
                 guilty: None,
                 facts: f,
             },
-            "job timeout: queue=0 job=5 ran_ms=2004 state=waiting wait=fence wait_pa=0x100008 wait_value=3 offset=24 timeout_ms=2000 timeout_source=environment recent_ms=-; no job of a live context owns it, resetting engine",
+            "job timeout: queue=0 job=5 ran_ms=2004 state=waiting wait=fence wait_pa=0x100008 wait_value=3 offset=24 timeout_ms=2000 timeout_source=environment recent_ms=none; no job of a live context owns it, resetting engine",
         );
         assert_text(
             facts(QueueActivity::Hung, &[1]),
