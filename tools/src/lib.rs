@@ -14,6 +14,7 @@ pub mod modinfo;
 pub mod query;
 pub mod smi;
 pub mod system;
+pub mod timeout;
 pub mod triage;
 pub mod umdlog;
 pub mod util;
