@@ -116,14 +116,22 @@ const _: () = assert!(
 const MAX_DEVICES: u32 = 8;
 /// Largest accepted `mem_mib` (16 GiB).
 const MAX_MEM_MIB: u32 = 16384;
+/// `job_timeout_ms`'s default (the `default:` of its declaration above).
+const JOB_TIMEOUT_DEFAULT_MS: u32 = 2000;
 /// Accepted `job_timeout_ms` range.
 const JOB_TIMEOUT_MS: core::ops::RangeInclusive<u32> = 10..=600_000;
 
 /// The GEM budget of each virtual GPU (bytes) and its execution settings, from the module
 /// parameters (checked by `AigpuModule::init` before any GPU is created).
 fn gpu_params() -> (u64, gpu::Config) {
+    let job_timeout_ms = module_parameters::job_timeout_ms.value();
     let cfg = gpu::Config {
-        job_timeout_ms: module_parameters::job_timeout_ms.value(),
+        job_timeout_ms,
+        job_timeout_source: if job_timeout_ms == JOB_TIMEOUT_DEFAULT_MS {
+            crate::rules::report::TimeoutSource::Default
+        } else {
+            crate::rules::report::TimeoutSource::ModuleParam
+        },
         hang_debug: module_parameters::hang_debug.value(),
     };
     (u64::from(module_parameters::mem_mib.value()) << 20, cfg)

@@ -22,7 +22,7 @@ use kernel::{
 use crate::{
     driver::AigpuDevice,
     gpu::{queue_priority, FaultInfo, Gpu, Sched, KERNEL_SLOT, RING_ENTRIES},
-    rules::names::prio_name,
+    rules::{names::prio_name, report::HangFacts},
     text::Text,
     tprint,
     uapi::{packet, regs, ring},
@@ -88,7 +88,8 @@ pub(crate) fn attach_device(gpu: &Gpu, dev: &AigpuDevice) {
 
 
 /// Builds the dump of an event on `queue` while the device still shows it. `job` is the job id
-/// the device reported (`FAULT_JOB` or `Q_CUR_JOB`); `fault` is set for faults.
+/// the device reported (`FAULT_JOB` or `Q_CUR_JOB`); `fault` is set for faults, `hang` for hangs
+/// (the `hang` line: `rules::report::HangFacts`).
 pub(crate) fn build(
     gpu: &Gpu,
     st: &Sched,
@@ -96,6 +97,7 @@ pub(crate) fn build(
     queue: usize,
     job: u64,
     fault: Option<FaultInfo>,
+    hang: Option<&HangFacts>,
 ) -> Option<Dump> {
     let seq = next_seq(gpu);
     let hw = &gpu.hw;
@@ -131,8 +133,8 @@ pub(crate) fn build(
             f.offset,
             job
         );
-    } else {
-        tprint!(&mut t, "hang job={} offset={} timeout_ms={}\n", job, cur_offset, gpu.cfg.job_timeout_ms);
+    } else if let Some(h) = hang {
+        tprint!(&mut t, "hang job={} {}\n", job, h);
     }
     let tail = st.queues.get(queue).map_or(0, |q| q.tail);
     let ring_base = gpu.rings.get(queue).map_or(0, |r| {

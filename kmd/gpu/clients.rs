@@ -257,6 +257,7 @@ impl Gpu {
             zombie: false,
             inflight: 0,
             closing: false,
+            recent: Default::default(),
         };
         if let Err(e) = st.contexts.try_create_and_insert(id, ctx, GFP_KERNEL) {
             let _ = st.free_fence_slots.push(fence_slot, GFP_KERNEL);

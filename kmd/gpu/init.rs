@@ -25,7 +25,7 @@ use crate::{
     gem::MemAccount,
     hw::{DeviceThread, Hw, IrqConnection},
     pt::PtPage,
-    rules::recovery::{BusySamples, JobClock},
+    rules::recovery::{BusySamples, JobClock, RunTimes},
     uapi::{packet, pte, regs, ring::DESC_SIZE},
 };
 
@@ -95,7 +95,7 @@ impl Gpu {
                     clock: JobClock::default(),
                     busy: BusySamples::default(),
                     done: 0,
-                    last_retire: 0,
+                    runs: RunTimes::default(),
                 },
                 GFP_KERNEL,
             )?;

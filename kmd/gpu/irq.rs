@@ -132,10 +132,13 @@ impl Gpu {
                 any = true;
                 q.done += 1;
                 let end = if irq >= job.submitted_ns { irq.min(now) } else { now };
-                let busy = end.saturating_sub(q.last_retire.max(job.submitted_ns));
-                q.last_retire = q.last_retire.max(end);
+                // From the job's start on the queue (`rules::recovery::RunTimes`).
+                let busy = q.runs.completed(job.submitted_ns, end);
                 if let Some(c) = st.clients.get_mut(&job.client) {
                     c.busy_ns += busy;
+                }
+                if let Some(c) = st.contexts.get_mut(&job.ctx) {
+                    c.recent.push(rules::recovery::ms_between(0, busy));
                 }
                 Self::job_gone(st, &job);
             }

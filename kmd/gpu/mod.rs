@@ -53,7 +53,8 @@ use crate::{
     hw::Hw,
     pt::PtPage,
     rules::{
-        recovery::{BusySamples, JobClock},
+        recovery::{BusySamples, JobClock, RecentJobs, RunTimes},
+        report::TimeoutSource,
         Ban,
     },
     text::{dev_log, Comm, Level, Text},
@@ -93,6 +94,8 @@ const KVA_UNMAPPED: u64 = 0xdead_0000;
 #[derive(Clone, Copy)]
 pub(crate) struct Config {
     pub(crate) job_timeout_ms: u32,
+    /// Where `job_timeout_ms` came from (the job-timeout report's `timeout_source`).
+    pub(crate) job_timeout_source: TimeoutSource,
     pub(crate) hang_debug: bool,
 }
 
@@ -116,6 +119,8 @@ pub(crate) struct Ctx {
     /// CTX_INVALID), so that a thread blocked in a wait is not left sleeping while another one
     /// tears the context down.
     pub(crate) closing: bool,
+    /// Run times of its last completed jobs (the job-timeout report's `recent_ms`).
+    pub(crate) recent: RecentJobs,
 }
 
 impl Ctx {
@@ -265,8 +270,8 @@ pub(crate) struct Hq {
     pub(crate) busy: BusySamples,
     /// Jobs retired on this queue.
     pub(crate) done: u64,
-    /// When the last job left the queue (busy-time accounting).
-    last_retire: u64,
+    /// When each job started and ended (busy time, the contexts' recent run times).
+    pub(crate) runs: RunTimes,
 }
 
 /// Per-open-file numbers shared with the file (which updates the memory ones).

@@ -12,7 +12,7 @@ use crate::{
     hw::mono_ns,
     rules::{
         recovery::{self, Blame, WaitFate},
-        report::{self, DependencyLine, FaultLine, HangLine, Owner, ResetLine},
+        report::{self, DependencyLine, FaultLine, HangFacts, HangLine, Owner, QueueActivity, ResetLine},
         Ban, FaultInfo,
     },
     text::{Comm, Level, Text},
@@ -57,7 +57,7 @@ impl Gpu {
         st.counters.faults += 1;
         let mem_error = info.kind == regs::FAULT_BUS_ERROR || status & regs::IRQ_MEM_ERROR != 0;
         let kind = if mem_error { "mem_error" } else { "page_fault" };
-        let d = dump::build(self, st, kind, queue, job, Some(info));
+        let d = dump::build(self, st, kind, queue, job, Some(info), None);
         let line = FaultLine {
             fault: info,
             queue,
@@ -141,6 +141,37 @@ impl Gpu {
         again
     }
 
+    /// What the job-timeout report says of hung job `job` on `queue` at `now` (ns): how long it
+    /// ran (the watchdog's clock), what the queue was doing (`Q_STATE`, `Q_WAIT_ADDR`,
+    /// `Q_WAIT_VALUE`; a WAIT descriptor at the ring head is an in-fence wait), the packet offset,
+    /// the timeout and its source, the context's recent run times.
+    fn hang_facts(&self, st: &Sched, queue: usize, job: u64, now: u64) -> HangFacts {
+        let qb = regs::queue_base(queue);
+        let head = self.hw.read32(qb + regs::Q_HEAD);
+        let q = st.queues.get(queue);
+        let the_job = q.and_then(|q| q.jobs.iter().find(|j| j.id == job));
+        let at_wait_desc = the_job.is_some_and(|j| {
+            j.descs
+                .get(head.wrapping_sub(j.start) as usize)
+                .is_some_and(|d| d.kind == ring::DESC_WAIT)
+        });
+        HangFacts {
+            ran_ms: u64::from(recovery::ms_between(q.map_or(now, |q| q.clock.since_ns()), now)),
+            activity: QueueActivity::from_regs(
+                self.hw.read32(qb + regs::Q_STATE),
+                self.hw.read64(qb + regs::Q_WAIT_ADDR),
+                self.hw.read64(qb + regs::Q_WAIT_VALUE),
+                at_wait_desc,
+            ),
+            offset: self.hw.read32(qb + regs::Q_CUR_OFFSET),
+            timeout_ms: u64::from(self.cfg.job_timeout_ms),
+            timeout_source: self.cfg.job_timeout_source,
+            recent: the_job
+                .and_then(|j| st.contexts.get(&j.ctx))
+                .map_or_else(Default::default, |c| c.recent),
+        }
+    }
+
     pub(super) fn check_hang(&self, st: &mut Sched) -> Option<dump::Dump> {
         let now = mono_ns();
         let timeout = self.timeout_ns();
@@ -160,12 +191,13 @@ impl Gpu {
             .queues
             .get(queue)
             .and_then(|q| q.jobs.iter().map(Job::view).find(|j| j.id == job));
-        let d = dump::build(self, st, "hang", queue, job, None);
+        let facts = self.hang_facts(st, queue, job, now);
+        let d = dump::build(self, st, "hang", queue, job, None, Some(&facts));
         let line = HangLine {
             queue,
             job,
-            timeout_ms: u64::from(self.cfg.job_timeout_ms),
             guilty: guilty.map(|g| (g.ctx, g.seqno, Self::owner_of(st, g.ctx))),
+            facts,
         };
         let mut t = Text::new();
         tprint!(&mut t, "{}", line);
@@ -238,6 +270,7 @@ impl Gpu {
             if let Some(q) = st.queues.get_mut(qi) {
                 q.tail = 0;
                 q.clock.reset();
+                q.runs.restart(mono_ns());
             }
             while let Some(j) = st.queues.get_mut(qi).and_then(|q| q.jobs.pop_front()) {
                 if let Err(e) = jobs.push_within_capacity(j) {

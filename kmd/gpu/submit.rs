@@ -193,9 +193,6 @@ impl Gpu {
             submitted_ns: now,
         };
         if let Some(q) = st.queues.get_mut(queue) {
-            if q.jobs.len() == 0 {
-                q.last_retire = now;
-            }
             // Cannot fail: checked for room above, under the same lock hold.
             if let Err(job) = q.jobs.push_back(job) {
                 Self::job_gone(&mut st, &job);

@@ -1268,10 +1268,16 @@ static void test_hang(void)
 	char frag[160];
 	snprintf(frag, sizeof(frag), "aigpu aigpu0: job timeout: ctx=%u pid=%d comm=exec_test queue=3 job=", h,
 		 (int)getpid());
-	char tail[96];
-	snprintf(tail, sizeof(tail), " seqno=1 after %u ms; context banned, resetting engine", TIMEOUT_MS);
-	char *line = klog_find(frag, tail, NULL);
-	CHECK("hang-dmesg-line", line != NULL, "no '%s...%s' line", frag, tail);
+	/* The facts (rules::report::HangFacts): the HANG packet at +0x18, the first job of h, the
+	 * module parameter's timeout (EXEC_PARAMS), how long it ran past it. */
+	char tail[160];
+	snprintf(tail, sizeof(tail),
+		 " state=hung offset=24 timeout_ms=%u timeout_source=module_param recent_ms=none; context banned, resetting engine",
+		 TIMEOUT_MS);
+	char *line = klog_find(frag, " seqno=1 ran_ms=", tail, NULL);
+	long long ran = field_of(line, " ran_ms=");
+	CHECK("hang-dmesg-line", line != NULL && ran >= TIMEOUT_MS && ran < TIMEOUT_MS + 3000,
+	      "no '%s... seqno=1 ran_ms=<%u..%u>%s' line (ran_ms=%lld)", frag, TIMEOUT_MS, TIMEOUT_MS + 3000, tail, ran);
 	free(line);
 	line = klog_find("aigpu aigpu0: engine reset done; resubmitted=", " dropped=", NULL);
 	int n_res = line ? atoi(strstr(line, "resubmitted=") + 12) : -1;
@@ -1283,11 +1289,70 @@ static void test_hang(void)
 	unsigned num = last_crash(&dump);
 	char ctxfrag[64];
 	snprintf(ctxfrag, sizeof(ctxfrag), "context ctx=%u queue=3 prio=low submitted=1 completed=0", h);
-	const char *const want[] = { "kind=hang\n", ctxfrag, "ring queue=3 ", "  +0000 FILL dst=0x40050000 size=4",
+	char hangfrag[128];
+	snprintf(hangfrag, sizeof(hangfrag), " state=hung offset=24 timeout_ms=%u timeout_source=module_param recent_ms=none\n",
+		 TIMEOUT_MS);
+	const char *const want[] = { "kind=hang\n", ctxfrag, "\nhang job=", " ran_ms=", hangfrag, "ring queue=3 ",
+				     "  +0000 FILL dst=0x40050000 size=4",
 				     "  +0018 HANG   <- executing", "pagewalk va=", "registers:\n", " Q3_STATE=3", "\nend\n",
 				     NULL };
 	const char *miss = missing(dump, want);
 	CHECK("hang-crash-dump", num > 0 && !miss, "crash-%u lacks '%s':\n%s", num, miss ? miss : "", dump ? dump : "(none)");
+	free(dump);
+	gpu_close(&g);
+}
+
+/* A WAIT_MEM nobody satisfies after three jobs of the same context that completed: the dmesg
+ * line and the crash dump say the queue was waiting, on which address for which value, and the
+ * context's three recent run times (rules::report::HangFacts). */
+static void test_hang_wait_mem(void)
+{
+	struct gpu g;
+	__u32 c;
+	int r = gpu_open(&g, 0);
+	r = r ? r : ctx_create(&g, AIGPU_PRIORITY_LOW, &c);
+	if (r) {
+		fail("hang-wait-mem", "setup rc=%d", r);
+		return;
+	}
+	int done = 1;
+	for (int i = 0; i < 3 && done; i++) {
+		__u64 va;
+		uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_fill(p, VA + 0x53000, 64, (uint32_t)i);
+		struct sub s = submit1(&g, c, va, p, e, NULL, 0);
+		done = s.rc == 0 && wait_for(&g, c, s.seqno, 30000).rc == 0;
+	}
+	memset(g.map + 0x52000, 0, 8);
+	__u64 va;
+	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_wait_mem(p, VA + 0x52000, 9);
+	struct sub s = submit1(&g, c, va, p, e, NULL, 0);
+	struct waited w = wait_for(&g, c, s.seqno, 30000);
+	CHECK("hang-wait-mem-ctx-lost", done && s.rc == 0 && w.rc == -ECANCELED && w.reason == AIGPU_REASON_CTX_LOST,
+	      "fills done=%d, submit %d, wait rc=%d reason=%u", done, s.rc, w.rc, w.reason);
+	char frag[160], facts[200];
+	snprintf(frag, sizeof(frag), "aigpu aigpu0: job timeout: ctx=%u pid=%d comm=exec_test queue=3 job=", c,
+		 (int)getpid());
+	snprintf(facts, sizeof(facts),
+		 " state=waiting wait=mem wait_va=%#llx wait_value=9 offset=0 timeout_ms=%u timeout_source=module_param recent_ms=",
+		 (unsigned long long)(VA + 0x52000), TIMEOUT_MS);
+	char *line = klog_find(frag, " seqno=4 ran_ms=", facts, NULL);
+	long long ran = field_of(line, " ran_ms=");
+	const char *recent = line ? strstr(line, "recent_ms=") : NULL;
+	int commas = 0;
+	for (const char *q = recent; q && *q && *q != ';'; q++)
+		commas += *q == ',';
+	CHECK("hang-wait-mem-dmesg-facts",
+	      line && ran >= TIMEOUT_MS && ran < TIMEOUT_MS + 3000 && commas == 2 && strstr(line, "recent_ms=none") == NULL,
+	      "no '%s... seqno=4 ran_ms=<%u..%u>%s<three run times>' line: %s", frag, TIMEOUT_MS, TIMEOUT_MS + 3000, facts,
+	      line ? line : "(none)");
+	free(line);
+	char *dump;
+	unsigned num = last_crash(&dump);
+	facts[strlen(facts) - strlen(" recent_ms=")] = '\0';
+	const char *const want[] = { "kind=hang\n", "\nhang job=", " ran_ms=", facts, " recent_ms=", NULL };
+	const char *miss = missing(dump, want);
+	CHECK("hang-wait-mem-crash-dump", num > 0 && !miss, "crash-%u lacks '%s':\n%s", num, miss ? miss : "",
+	      dump ? dump : "(none)");
 	free(dump);
 	gpu_close(&g);
 }
@@ -1747,6 +1812,7 @@ int main(int argc, char **argv)
 		test_pt_budget();
 		test_page_fault();
 		test_hang();
+		test_hang_wait_mem();
 		test_injections();
 		test_debugfs();
 		test_fence_slots_bound_contexts();

@@ -355,7 +355,7 @@ post)
     hasline "triage-hang-devcd-kind" "$f" "kind=hang"
     hasre "triage-hang-devcd-process" "$f" "process pid=$hpid comm=tools_client client=[0-9]+"
     hasre "triage-hang-devcd-context" "$f" "context ctx=$hctx queue=[0-9]+ prio=normal submitted=1 completed=0"
-    hasre "triage-hang-devcd-hang" "$f" "hang job=[0-9]+ offset=0 timeout_ms=2000"
+    hasre "triage-hang-devcd-hang" "$f" "hang job=[0-9]+ ran_ms=[0-9]+ state=hung offset=0 timeout_ms=2000 timeout_source=default recent_ms=none"
     hasre "triage-hang-devcd-packet" "$f" " +\+0+ HANG +<- executing"
   fi
   umd-smi >"$OUT/smi-lost.out" 2>&1

@@ -42,6 +42,8 @@ pub struct CrashDump {
     pub job: Option<u64>,
     /// The job's seqno.
     pub seqno: Option<u64>,
+    /// A hang's facts (the `hang` line).
+    pub hang: Option<crate::timeout::TimeoutFacts>,
     /// The registers line.
     pub registers: Option<String>,
     /// The line to cite as evidence (`fault ...`, `kind=...` or the list line).
@@ -82,6 +84,12 @@ pub fn parse_crash(name: &str, source: &str, text: &str) -> CrashDump {
                 c.fault = k.get("type").map(str::to_string);
                 c.access = k.get("access").map(str::to_string);
                 c.va = k.get("va").map(str::to_string);
+                c.offset = k.num("offset");
+                c.job = k.num("job").or(c.job);
+                c.evidence = line.trim().to_string();
+            }
+            Some("hang") => {
+                c.hang = crate::timeout::TimeoutFacts::from_kv(&k);
                 c.offset = k.num("offset");
                 c.job = k.num("job").or(c.job);
                 c.evidence = line.trim().to_string();

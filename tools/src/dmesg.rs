@@ -3,6 +3,7 @@
 //! triage draws conclusions from. The patterns are listed in docs/tools.md.
 
 use crate::host::{run, Host, Notes};
+use crate::kv::Kv;
 use std::time::Duration;
 
 /// A kernel log text and where it came from.
@@ -356,13 +357,12 @@ pub fn classify(log: &KernelLog) -> Vec<Found> {
                 Some(Event::MemError)
             } else if l.contains("device lost") || l.contains("device is lost") {
                 Some(Event::Lost)
-            } else if l.contains("fault") {
-                Some(Event::Fault)
-            } else if l.contains("timeout")
-                || l.contains("timed out")
-                || l.contains("hang")
-                || l.contains("hung")
+            } else if FAULT_LEADS
+                .iter()
+                .any(|lead| message(line).starts_with(lead))
             {
+                Some(Event::Fault)
+            } else if message(line).starts_with(HANG_LEAD) {
                 Some(Event::Hang)
             } else if l.contains("out of range")
                 || l.contains("module verification failed")
@@ -381,27 +381,28 @@ pub fn classify(log: &KernelLog) -> Vec<Found> {
     out
 }
 
-/// `key=value` or `key value` pairs in a free-form line: `ctx=12`, `context 12`, `pid 4411`,
-/// `comm=python`, `va=0x7f0010000`, `at 0x7f0010000`.
-pub fn loose(line: &str, keys: &[&str]) -> Option<String> {
+/// The message of a driver line: what follows `aigpu <device>: ` (`dev_*`) or `aigpu: ` (`pr_*`).
+pub fn message(line: &str) -> &str {
     let b = body(line);
-    let toks: Vec<&str> = b
-        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')' || c == ';')
-        .filter(|t| !t.is_empty())
-        .collect();
-    for (i, t) in toks.iter().enumerate() {
-        for k in keys {
-            if let Some(v) = t.strip_prefix(&format!("{k}=")) {
-                return Some(v.trim_matches('\'').to_string());
-            }
-            if t == k {
-                if let Some(v) = toks.get(i + 1) {
-                    return Some(v.trim_matches(['\'', ':']).to_string());
-                }
-            }
-        }
-    }
-    None
+    b.strip_prefix("aigpu: ")
+        .or_else(|| {
+            b.strip_prefix("aigpu ")
+                .and_then(|r| r.split_once(": ").map(|(_, m)| m))
+        })
+        .unwrap_or(b)
+}
+
+/// The leads of the driver's fault and job-timeout lines (`rules::report::FaultLine`,
+/// `HangLine`).
+const FAULT_LEADS: [&str; 3] = ["page fault:", "GPU fault:", "uncorrectable memory error:"];
+const HANG_LEAD: &str = "job timeout:";
+
+/// The fields of a driver line in a `rules::report` format (docs/kmd.md, "Faults, hangs, reset
+/// and device loss"): its `key=value` pairs, the lead's words in `words`, without the clause
+/// for people after the last `; `.
+pub fn report_fields(line: &str) -> Kv {
+    let m = message(line);
+    Kv::parse(m.rsplit_once("; ").map_or(m, |(fields, _)| fields))
 }
 
 #[cfg(test)]
@@ -439,11 +440,31 @@ mod tests {
     }
 
     #[test]
-    fn loose_pairs() {
-        let l = "[ 9.1] aigpu aigpu0: page fault: unmapped read at 0x7f0010000 ctx=12 pid=4411 comm=python";
-        assert_eq!(loose(l, &["ctx", "context"]).as_deref(), Some("12"));
-        assert_eq!(loose(l, &["va", "at"]).as_deref(), Some("0x7f0010000"));
-        assert_eq!(loose(l, &["comm"]).as_deref(), Some("python"));
+    fn the_drivers_lines_by_their_fields() {
+        let fault = "[ 9.1] aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711; context banned";
+        let k = report_fields(fault);
+        assert_eq!(k.words, ["page", "fault:", "unmapped", "read", "at"]);
+        assert_eq!(k.get("ctx"), Some("12"));
+        assert_eq!(k.get("va"), Some("0x7f0010000"));
+        assert_eq!(k.get("comm"), Some("python"));
+        assert_eq!(
+            k.get("job"),
+            Some("4711"),
+            "the clause for people is not a value"
+        );
+        let hang = "[ 9.2] aigpu 0000:00:04.0: job timeout: ctx=3 pid=50 comm=my app queue=1 job=18 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x4000 wait_value=1 offset=0 timeout_ms=2000 timeout_source=default recent_ms=none; context banned, resetting engine";
+        let k = report_fields(hang);
+        assert_eq!(k.get("comm"), Some("my app"));
+        assert_eq!(k.get("recent_ms"), Some("none"));
+        assert_eq!(message(hang).split(' ').next(), Some("job"));
+        let f = classify(&log(&format!(
+            "{fault}\n{hang}\n[ 9.3] aigpu aigpu0: the word timeout in some other line\n"
+        )));
+        assert_eq!(
+            f.iter().map(|f| f.event.clone()).collect::<Vec<_>>(),
+            vec![Event::Fault, Event::Hang],
+            "only the declared leads"
+        );
     }
 
     #[test]

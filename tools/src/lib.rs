@@ -15,6 +15,7 @@ pub mod query;
 pub mod simdir;
 pub mod smi;
 pub mod system;
+pub mod timeout;
 pub mod triage;
 pub mod umdlog;
 pub mod util;

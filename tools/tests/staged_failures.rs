@@ -170,11 +170,19 @@ fn program(name: &str) -> PathBuf {
     exe
 }
 
+/// `want` is the value (`key=value`), a part of it (`key~=part`), or for a number a range
+/// (`key=lo..hi`, both included: a time such as `ran_ms`).
 fn value_matches(v: &Value, want: &str, sub: bool) -> bool {
     let got = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
+    let range = want
+        .split_once("..")
+        .and_then(|(lo, hi)| Some((lo.parse::<u64>().ok()?, hi.parse::<u64>().ok()?)));
+    if let (Some((lo, hi)), Some(n), false) = (range, v.as_u64(), sub) {
+        return (lo..=hi).contains(&n);
+    }
     if sub {
         got.contains(want)
     } else {

@@ -655,3 +655,106 @@ fn dmesg_before_the_latest_probe_is_history() {
         "{screen}"
     );
 }
+
+/// A layer of `verdict.json` and its first finding.
+fn verdict_finding(out: &Path, layer: &str) -> serde_json::Value {
+    let v: serde_json::Value =
+        serde_json::from_str(&read(&report_dir(out).join("verdict.json"))).expect("verdict.json");
+    v.as_array()
+        .and_then(|a| a.iter().find(|l| l["layer"] == layer))
+        .map(|l| l["findings"][0].clone())
+        .unwrap_or_else(|| panic!("no {layer} layer in {v}"))
+}
+
+/// A healthy machine whose aigpu0 kept one hang dump, `hang` its `hang` line.
+fn hang_machine(hang: &str) -> Scratch {
+    let m = machine("healthy");
+    let d = m.join("root/sys/kernel/debug/dri/0/crashdumps");
+    std::fs::write(
+        d.join("list"),
+        "crash-1 time=2026-11-29T02:14:00.000001Z kind=hang ctx=12\n",
+    )
+    .expect("list");
+    std::fs::write(
+        d.join("crash-1"),
+        format!("aigpu crash dump 1\nkernel=7.3.4 driver=0.1.0 uapi=1.0 device=aigpu0\ntime_wall=2026-11-29T02:14:00.000001Z time_mono_ns=7988000000000\nkind=hang\nprocess pid=4411 comm=python client=5\ncontext ctx=12 queue=0 prio=high submitted=120 completed=118\n{hang}\nring queue=0 head=3 tail=4 base=0x7080000 size=1024\nregisters:\n  STATUS=0x00000001\nend\n"),
+    )
+    .expect("crash-1");
+    m
+}
+
+/// The crash dump's hang facts reach the verdict: a WAIT_MEM that never came is a genuine hang,
+/// with the address and value it waited for, the time it ran, the timeout and its source, and
+/// the context's recent run times.
+#[test]
+fn a_kernel_hang_waiting_on_memory_is_a_hang_with_its_facts() {
+    let m = hang_machine("hang job=9 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=8 timeout_ms=2000 timeout_source=default recent_ms=3,4,5");
+    let (screen, out, _) = triage(&m, &m.join("logs"), &[]);
+    let f = verdict_finding(&out, "application");
+    assert_eq!(f["kind"], "job_timeout", "{screen}");
+    assert_eq!(f["ctx"], 12);
+    assert_eq!(f["ran_ms"], 2004);
+    assert_eq!(f["state"], "waiting");
+    assert_eq!(f["wait_va"], "0x40001000");
+    assert_eq!(f["wait_value"], 7);
+    assert_eq!(f["packet"], "offset 8");
+    assert_eq!(f["timeout_ms"], 2000);
+    assert_eq!(f["timeout_source"], "default");
+    assert_eq!(f["recent_ms"], serde_json::json!([3, 4, 5]));
+    let text = f["text"].as_str().expect("text");
+    assert!(
+        text.ends_with("; a genuine hang: it was waiting on 0x40001000 for 7 and the value never came (ran 2004 ms, waiting on 0x40001000 for 7 at packet offset 8, timeout 2000 ms (default); its recent jobs ran 3, 4, 5 ms)"),
+        "{text}"
+    );
+    assert!(
+        verdict_line(&screen, "configuration").starts_with("  configuration: "),
+        "{screen}"
+    );
+    assert_eq!(
+        verdict_finding(&out, "configuration"),
+        serde_json::Value::Null
+    );
+}
+
+/// A job still executing after about as long as its context's recent jobs, stopped by a
+/// module parameter's timeout: the configuration layer's finding, not a hang.
+#[test]
+fn a_kernel_timeout_as_long_as_the_recent_jobs_is_too_short() {
+    let m = hang_machine("hang job=9 ran_ms=52 state=executing offset=0 timeout_ms=50 timeout_source=module_param recent_ms=30,35,32");
+    let (screen, out, _) = triage(&m, &m.join("logs"), &[]);
+    let f = verdict_finding(&out, "configuration");
+    assert_eq!(f["kind"], "job_timeout_too_short", "{screen}");
+    assert_eq!(f["ctx"], 12);
+    assert_eq!(f["setting"], "job_timeout_ms=50");
+    assert_eq!(f["state"], "executing");
+    assert_eq!(f["ran_ms"], 52);
+    assert_eq!(f["timeout_source"], "module_param");
+    assert_eq!(f["recent_ms"], serde_json::json!([30, 35, 32]));
+    assert_eq!(
+        f["text"],
+        "aigpu's job timeout 50 ms (module_param) on aigpu0: context 12's job was declared hung, but it was still executing after 52 ms, about as long as the context's recent jobs (up to 35 ms) (ran 52 ms, executing at packet offset 0, timeout 50 ms (module_param); its recent jobs ran 30, 35, 32 ms) — the setting is too short, not the job"
+    );
+    assert!(
+        verdict_line(&screen, "application").starts_with("  application: OK"),
+        "{screen}"
+    );
+}
+
+/// Without a crash dump, the dmesg line's fields (by key, `rules::report::HangLine`).
+#[test]
+fn a_kernel_hang_from_the_dmesg_line_alone() {
+    let m = machine("healthy");
+    let mut dmesg = read(&m.join("dmesg.txt"));
+    dmesg.push_str("[   70.000001] aigpu aigpu0: job timeout: ctx=12 pid=4411 comm=python queue=0 job=9 seqno=119 ran_ms=2003 state=hung offset=4 timeout_ms=2000 timeout_source=default recent_ms=none; context banned, resetting engine\n");
+    std::fs::write(m.join("dmesg.txt"), &dmesg).expect("dmesg");
+    let (screen, out, _) = triage(&m, &m.join("logs"), &[]);
+    let f = verdict_finding(&out, "application");
+    assert_eq!(f["kind"], "job_timeout", "{screen}");
+    assert_eq!(f["ctx"], 12);
+    assert_eq!(f["pid"], 4411);
+    assert_eq!(f["state"], "hung");
+    assert_eq!(f["ran_ms"], 2003);
+    assert_eq!(f["packet"], "offset 4");
+    assert_eq!(f["recent_ms"], serde_json::json!([]));
+    assert_eq!(f["wait_va"], serde_json::Value::Null);
+}

@@ -353,6 +353,19 @@ fn waiting_high_priority_queue_does_not_block_lower_ones() {
     assert_eq!(h.run(), Step::Stalled);
     assert_eq!(h.qr(0, regs::Q_STATE), regs::QSTATE_WAITING);
     assert_eq!(h.dev.mmio_read64(regs::queue_base(0) + regs::Q_CUR_JOB), 5);
+    // A WAIT descriptor: its fence_pa and value.
+    assert_eq!(
+        h.dev.mmio_read64(regs::queue_base(0) + regs::Q_WAIT_ADDR),
+        FENCE_AREA
+    );
+    assert_eq!(
+        h.dev.mmio_read64(regs::queue_base(0) + regs::Q_WAIT_VALUE),
+        1
+    );
+    assert_eq!(
+        h.dev.mmio_read64(regs::queue_base(1) + regs::Q_WAIT_ADDR),
+        0
+    );
     assert_eq!(h.qr(1, regs::Q_STATE), regs::QSTATE_IDLE);
     assert_eq!(h.mem().peek_u64(FENCE_AREA + 8), 2);
     h.mem().poke_u64(FENCE_AREA, 1);

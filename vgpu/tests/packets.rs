@@ -616,6 +616,9 @@ fn wait_mem_stalls_until_memory_reaches_value() {
         h.dev.mmio_read64(regs::queue_base(Q) + regs::Q_CUR_JOB),
         JOB
     );
+    let qb = regs::queue_base(Q);
+    assert_eq!(h.dev.mmio_read64(qb + regs::Q_WAIT_ADDR), DATA_VA);
+    assert_eq!(h.dev.mmio_read64(qb + regs::Q_WAIT_VALUE), 5);
     assert!(h.dev.busy());
     assert_eq!(h.r32(regs::STATUS), regs::STATUS_BUSY);
     for _ in 0..10 {
@@ -628,6 +631,8 @@ fn wait_mem_stalls_until_memory_reaches_value() {
     assert_eq!(h.dev.step(), Step::Progress); // WAIT_MEM satisfied
     assert_eq!(h.qr(Q, regs::Q_STATE), regs::QSTATE_RUNNING);
     assert_eq!(h.qr(Q, regs::Q_CUR_OFFSET), 24);
+    assert_eq!(h.dev.mmio_read64(qb + regs::Q_WAIT_ADDR), 0, "not waiting");
+    assert_eq!(h.dev.mmio_read64(qb + regs::Q_WAIT_VALUE), 0);
     assert_eq!(h.run(), Step::Idle);
     assert_eq!(h.read_va(SLOT, DATA_VA + 8, 8), 9u64.to_le_bytes().to_vec());
     assert_eq!(h.mem().peek_u64(FENCE_AREA), 1);

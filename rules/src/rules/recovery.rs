@@ -156,6 +156,78 @@ impl JobClock {
     }
 }
 
+/// How many completed jobs' run times a context keeps ([`RecentJobs`]).
+pub const RECENT_JOBS: usize = 8;
+
+/// The run times (ms) of a context's last [`RECENT_JOBS`] completed jobs: a fixed ring, no
+/// allocation. A job-timeout report gives them (`recent_ms`, `super::report::HangFacts`), so a
+/// reader can tell a job that ran as long as its peers (the timeout is too short) from one that
+/// ran far longer (a hang).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentJobs {
+    ms: [u32; RECENT_JOBS],
+    /// Entries recorded so far (at most [`RECENT_JOBS`] are kept).
+    count: u64,
+}
+
+impl RecentJobs {
+    /// Records one completed job's run time.
+    pub fn push(&mut self, ms: u32) {
+        let i = (self.count % RECENT_JOBS as u64) as usize;
+        if let Some(slot) = self.ms.get_mut(i) {
+            *slot = ms;
+        }
+        self.count = self.count.saturating_add(1);
+    }
+
+    /// The kept run times, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let kept = self.count.min(RECENT_JOBS as u64) as usize;
+        let first = (self.count.saturating_sub(kept as u64) % RECENT_JOBS as u64) as usize;
+        (0..kept).filter_map(move |k| self.ms.get((first + k) % RECENT_JOBS).copied())
+    }
+
+    /// No completed job yet.
+    pub const fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// When the jobs of one hardware queue run: the device runs a queue's jobs in ring order, so a
+/// job starts when it was submitted or when the job before it completed, whichever is later, and
+/// it ran until the driver retired it. (The watchdog's [`JobClock`] measures the job it sees
+/// executing the same way, from its start, not from its submit.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTimes {
+    last_done_ns: u64,
+}
+
+impl RunTimes {
+    /// A job submitted at `submitted_ns` ended at `end_ns`: how long it ran, ns (also the
+    /// queue's busy time it adds).
+    pub fn completed(&mut self, submitted_ns: u64, end_ns: u64) -> u64 {
+        let start = if submitted_ns > self.last_done_ns {
+            submitted_ns
+        } else {
+            self.last_done_ns
+        };
+        if end_ns > self.last_done_ns {
+            self.last_done_ns = end_ns;
+        }
+        end_ns.saturating_sub(start)
+    }
+
+    /// After an engine reset at `now_ns`: the resubmitted jobs start again from there.
+    pub fn restart(&mut self, now_ns: u64) {
+        self.last_done_ns = now_ns;
+    }
+}
+
+/// Whole milliseconds from `from_ns` to `to_ns` (0 if backwards, saturating at `u32::MAX`).
+pub fn ms_between(from_ns: u64, to_ns: u64) -> u32 {
+    u32::try_from(to_ns.saturating_sub(from_ns) / 1_000_000).unwrap_or(u32::MAX)
+}
+
 /// Busy sampling of one hardware queue: one bit per watchdog period (newest in bit 0), for the
 /// share of the last half second the queue had work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -269,5 +341,63 @@ mod tests {
         assert_eq!(b.pct(150 * PERIOD_NS), 0);
         b.sample(200 * PERIOD_NS, false);
         assert_eq!(b.pct(200 * PERIOD_NS), 0);
+    }
+
+    #[test]
+    fn recent_jobs_keep_the_last_eight_oldest_first() {
+        let mut r = RecentJobs::default();
+        assert!(r.is_empty());
+        assert_eq!(r.iter().count(), 0);
+        for ms in 1..=3 {
+            r.push(ms);
+        }
+        assert_eq!(
+            r.iter().collect::<heapless_vec::V>().0,
+            [1, 2, 3, 0, 0, 0, 0, 0, 0, 0]
+        );
+        for ms in 4..=11 {
+            r.push(ms);
+        }
+        assert!(!r.is_empty());
+        assert_eq!(
+            r.iter().collect::<heapless_vec::V>().0,
+            [4, 5, 6, 7, 8, 9, 10, 11, 0, 0]
+        );
+    }
+
+    #[test]
+    fn a_job_runs_from_its_submit_or_its_predecessors_end() {
+        const MS: u64 = 1_000_000;
+        let mut t = RunTimes::default();
+        // Submitted at 10 ms onto an idle queue, done at 15 ms.
+        assert_eq!(t.completed(10 * MS, 15 * MS), 5 * MS);
+        // Submitted at 12 ms behind it: it started at 15 ms.
+        assert_eq!(t.completed(12 * MS, 40 * MS), 25 * MS);
+        // An end reported before the last one (an interrupt time older than a retirement).
+        assert_eq!(t.completed(20 * MS, 38 * MS), 0);
+        // Submitted after the queue went idle.
+        assert_eq!(t.completed(100 * MS, 101 * MS), MS);
+        t.restart(200 * MS);
+        assert_eq!(
+            t.completed(150 * MS, 207 * MS),
+            7 * MS,
+            "resubmitted at the reset"
+        );
+        assert_eq!(ms_between(5 * MS, MS), 0);
+        assert_eq!(ms_between(0, u64::MAX), u32::MAX);
+    }
+
+    /// A fixed collection for iterator results (the crate has no `alloc`).
+    mod heapless_vec {
+        pub struct V(pub [u32; 10]);
+        impl FromIterator<u32> for V {
+            fn from_iter<I: IntoIterator<Item = u32>>(it: I) -> Self {
+                let mut v = [0; 10];
+                for (slot, x) in v.iter_mut().zip(it) {
+                    *slot = x;
+                }
+                V(v)
+            }
+        }
     }
 }

@@ -75,15 +75,155 @@ impl<C: Display> Display for FaultLine<C> {
     }
 }
 
-/// `job timeout: ctx=... pid=... comm=... queue=... job=... seqno=... after <ms> ms; context
-/// banned, resetting engine` (or `job timeout: queue=... job=... after ...; no job of a live
-/// context owns it, resetting engine`).
+/// Where a job-timeout's timeout came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutSource {
+    /// The driver's default.
+    Default,
+    /// aigpu.ko's module parameter `job_timeout_ms` (a value other than its default).
+    ModuleParam,
+    /// The simulator's `UMD_SIM_JOB_TIMEOUT_MS` in the process's environment.
+    Environment,
+}
+
+impl TimeoutSource {
+    /// The `timeout_source` value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TimeoutSource::Default => "default",
+            TimeoutSource::ModuleParam => "module_param",
+            TimeoutSource::Environment => "environment",
+        }
+    }
+}
+
+/// What a queue was doing when the watchdog stopped its job, from `Q_STATE`, `Q_WAIT_ADDR` and
+/// `Q_WAIT_VALUE` (docs/hw-spec.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueActivity {
+    /// Running packets (`Q_STATE` running): `state=executing`.
+    Executing,
+    /// Stopped in the debug HANG packet (`Q_STATE` hung): `state=hung`.
+    Hung,
+    /// A WAIT_MEM packet waiting for the u64 at `va` (the job's own address space) to reach
+    /// `value`: `state=waiting wait=mem wait_va=... wait_value=...`.
+    WaitMem { va: u64, value: u64 },
+    /// An in-fence (a WAIT descriptor) waiting for the fence at `pa` (the driver's fence page)
+    /// to reach `value`: `state=waiting wait=fence wait_pa=... wait_value=...`.
+    WaitFence { pa: u64, value: u64 },
+    /// Any other `Q_STATE` (idle, faulted, a value the driver does not know): its name.
+    Other(u32),
+}
+
+impl QueueActivity {
+    /// From the queue's registers; `at_wait_desc`: the descriptor at the ring head is a WAIT
+    /// descriptor (the driver knows its descriptors; the device says only "waiting").
+    pub const fn from_regs(
+        state: u32,
+        wait_addr: u64,
+        wait_value: u64,
+        at_wait_desc: bool,
+    ) -> Self {
+        match state {
+            regs::QSTATE_RUNNING => QueueActivity::Executing,
+            regs::QSTATE_HUNG => QueueActivity::Hung,
+            regs::QSTATE_WAITING if at_wait_desc => QueueActivity::WaitFence {
+                pa: wait_addr,
+                value: wait_value,
+            },
+            regs::QSTATE_WAITING => QueueActivity::WaitMem {
+                va: wait_addr,
+                value: wait_value,
+            },
+            s => QueueActivity::Other(s),
+        }
+    }
+
+    /// The `state` value.
+    pub const fn state_name(&self) -> &'static str {
+        match self {
+            QueueActivity::Executing => "executing",
+            QueueActivity::Hung => "hung",
+            QueueActivity::WaitMem { .. } | QueueActivity::WaitFence { .. } => "waiting",
+            QueueActivity::Other(s) => regs::qstate_name(*s),
+        }
+    }
+}
+
+/// The facts of a job timeout that tell a genuine hang from a timeout set too short, in the
+/// dmesg line ([`HangLine`]), the crash dump's `hang` line and the simulator's log record:
+/// `ran_ms=... state=...[ wait=... wait_va|wait_pa=... wait_value=...] offset=... timeout_ms=...
+/// timeout_source=... recent_ms=<a,b,...|none>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HangFacts {
+    /// How long the job had run when it was stopped, from its start on the queue (the
+    /// watchdog's `super::recovery::JobClock`), ms.
+    pub ran_ms: u64,
+    /// What the queue was doing.
+    pub activity: QueueActivity,
+    /// `Q_CUR_OFFSET`: the current packet's byte offset in its command buffer.
+    pub offset: u32,
+    /// The timeout in force and where it came from.
+    pub timeout_ms: u64,
+    pub timeout_source: TimeoutSource,
+    /// The run times of the context's last completed jobs, oldest first.
+    pub recent: super::recovery::RecentJobs,
+}
+
+impl HangFacts {
+    /// `recent_ms`'s value: the run times joined with `,`, or `none`.
+    pub fn write_recent(&self, f: &mut impl fmt::Write) -> fmt::Result {
+        if self.recent.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, ms) in self.recent.iter().enumerate() {
+            if i > 0 {
+                f.write_char(',')?;
+            }
+            write!(f, "{}", ms)?;
+        }
+        Ok(())
+    }
+}
+
+impl Display for HangFacts {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ran_ms={} state={}",
+            self.ran_ms,
+            self.activity.state_name()
+        )?;
+        match self.activity {
+            QueueActivity::WaitMem { va, value } => {
+                write!(f, " wait=mem wait_va={:#x} wait_value={}", va, value)?
+            }
+            QueueActivity::WaitFence { pa, value } => {
+                write!(f, " wait=fence wait_pa={:#x} wait_value={}", pa, value)?
+            }
+            _ => {}
+        }
+        write!(
+            f,
+            " offset={} timeout_ms={} timeout_source={} recent_ms=",
+            self.offset,
+            self.timeout_ms,
+            self.timeout_source.name()
+        )?;
+        self.write_recent(f)
+    }
+}
+
+/// `job timeout: ctx=... pid=... comm=... queue=... job=... seqno=... <HangFacts>; context
+/// banned, resetting engine` (or `job timeout: queue=... job=... <HangFacts>; no job of a live
+/// context owns it, resetting engine`). The clause after the last `; ` is for people; the tools
+/// read the fields before it.
 pub struct HangLine<C> {
     pub queue: usize,
     pub job: u64,
-    pub timeout_ms: u64,
     /// The guilty context, its job's seqno and its owner.
     pub guilty: Option<(u32, u64, Owner<C>)>,
+    pub facts: HangFacts,
 }
 
 impl<C: Display> Display for HangLine<C> {
@@ -91,13 +231,13 @@ impl<C: Display> Display for HangLine<C> {
         match &self.guilty {
             Some((ctx, seqno, o)) => write!(
                 f,
-                "job timeout: ctx={} pid={} comm={} queue={} job={} seqno={} after {} ms; context banned, resetting engine",
-                ctx, o.pid, o.comm, self.queue, self.job, seqno, self.timeout_ms
+                "job timeout: ctx={} pid={} comm={} queue={} job={} seqno={} {}; context banned, resetting engine",
+                ctx, o.pid, o.comm, self.queue, self.job, seqno, self.facts
             ),
             None => write!(
                 f,
-                "job timeout: queue={} job={} after {} ms; no job of a live context owns it, resetting engine",
-                self.queue, self.job, self.timeout_ms
+                "job timeout: queue={} job={} {}; no job of a live context owns it, resetting engine",
+                self.queue, self.job, self.facts
             ),
         }
     }
@@ -239,5 +379,131 @@ impl Display for QueueLine {
             self.busy_pct,
             self.cur_job
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::recovery::RecentJobs;
+    use super::*;
+    use core::fmt::Write as _;
+
+    struct Buf {
+        b: [u8; 512],
+        n: usize,
+    }
+
+    impl fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let end = self.n + s.len();
+            self.b
+                .get_mut(self.n..end)
+                .ok_or(fmt::Error)?
+                .copy_from_slice(s.as_bytes());
+            self.n = end;
+            Ok(())
+        }
+    }
+
+    fn text(d: impl Display) -> Buf {
+        let mut b = Buf { b: [0; 512], n: 0 };
+        write!(b, "{}", d).expect("fits");
+        b
+    }
+
+    fn facts(activity: QueueActivity, recent: &[u32]) -> HangFacts {
+        let mut r = RecentJobs::default();
+        for &ms in recent {
+            r.push(ms);
+        }
+        HangFacts {
+            ran_ms: 2004,
+            activity,
+            offset: 24,
+            timeout_ms: 2000,
+            timeout_source: TimeoutSource::Default,
+            recent: r,
+        }
+    }
+
+    fn assert_text(d: impl Display, want: &str) {
+        let b = text(d);
+        assert_eq!(core::str::from_utf8(&b.b[..b.n]), Ok(want));
+    }
+
+    #[test]
+    fn the_hang_line_has_every_fact_as_a_field() {
+        let owner = Owner {
+            pid: 4411,
+            comm: "python",
+        };
+        assert_text(
+            HangLine {
+                queue: 1,
+                job: 4711,
+                guilty: Some((12, 57, owner)),
+                facts: facts(QueueActivity::Executing, &[31, 30, 33]),
+            },
+            "job timeout: ctx=12 pid=4411 comm=python queue=1 job=4711 seqno=57 ran_ms=2004 state=executing offset=24 timeout_ms=2000 timeout_source=default recent_ms=31,30,33; context banned, resetting engine",
+        );
+        let mut f = facts(
+            QueueActivity::WaitMem {
+                va: 0x4000_1000,
+                value: 7,
+            },
+            &[],
+        );
+        f.timeout_source = TimeoutSource::ModuleParam;
+        assert_text(
+            HangLine {
+                queue: 3,
+                job: 9,
+                guilty: Some((2, 1, owner)),
+                facts: f,
+            },
+            "job timeout: ctx=2 pid=4411 comm=python queue=3 job=9 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=24 timeout_ms=2000 timeout_source=module_param recent_ms=none; context banned, resetting engine",
+        );
+        f.activity = QueueActivity::WaitFence {
+            pa: 0x10_0008,
+            value: 3,
+        };
+        f.timeout_source = TimeoutSource::Environment;
+        assert_text(
+            HangLine::<&str> {
+                queue: 0,
+                job: 5,
+                guilty: None,
+                facts: f,
+            },
+            "job timeout: queue=0 job=5 ran_ms=2004 state=waiting wait=fence wait_pa=0x100008 wait_value=3 offset=24 timeout_ms=2000 timeout_source=environment recent_ms=none; no job of a live context owns it, resetting engine",
+        );
+        assert_text(
+            facts(QueueActivity::Hung, &[1]),
+            "ran_ms=2004 state=hung offset=24 timeout_ms=2000 timeout_source=default recent_ms=1",
+        );
+    }
+
+    #[test]
+    fn the_queue_activity_comes_from_the_registers() {
+        assert_eq!(
+            QueueActivity::from_regs(regs::QSTATE_RUNNING, 0, 0, false),
+            QueueActivity::Executing
+        );
+        assert_eq!(
+            QueueActivity::from_regs(regs::QSTATE_HUNG, 0, 0, false),
+            QueueActivity::Hung
+        );
+        assert_eq!(
+            QueueActivity::from_regs(regs::QSTATE_WAITING, 0x40, 2, false),
+            QueueActivity::WaitMem { va: 0x40, value: 2 }
+        );
+        assert_eq!(
+            QueueActivity::from_regs(regs::QSTATE_WAITING, 0x40, 2, true),
+            QueueActivity::WaitFence { pa: 0x40, value: 2 }
+        );
+        let idle = QueueActivity::from_regs(regs::QSTATE_IDLE, 0, 0, false);
+        assert_eq!(idle, QueueActivity::Other(regs::QSTATE_IDLE));
+        assert_eq!(idle.state_name(), "idle");
+        assert_eq!(QueueActivity::Other(99).state_name(), "unknown");
     }
 }

@@ -165,6 +165,8 @@ pub enum Fact {
         seqno: u64,
         /// The timeout in force.
         timeout_ms: u64,
+        /// The job's facts (`ran_ms`, `state`, ...; `None` from an older libumd).
+        facts: Option<crate::timeout::TimeoutFacts>,
     },
 }
 
@@ -328,6 +330,7 @@ pub fn of(r: &Rec) -> Option<Fact> {
                 kmd_ctx: k,
                 seqno: n(r, "seqno"),
                 timeout_ms: t,
+                facts: crate::timeout::TimeoutFacts::from_fields(|key| r.field_str(key)),
             });
         }
         return None;

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::debugfs::CrashDump;
 use crate::dmesg::{self, Event};
+use crate::timeout::{Judgement, TimeoutFacts};
 use crate::triage::Snapshot;
 use crate::umdlog::facts::{Fact, Process};
 use crate::umdlog::Rec;
@@ -15,21 +16,31 @@ use crate::util::Wall;
 
 /// A fault or hang, from whichever source saw it.
 #[derive(Clone, Debug)]
-struct Incident {
+pub(super) struct Incident {
     kind: &'static str, // "page fault" | "job timeout" | "memory error"
-    device: String,
+    pub(super) device: String,
     time: Option<Wall>,
-    ctx: Option<String>,
-    pid: Option<u64>,
+    pub(super) ctx: Option<String>,
+    pub(super) pid: Option<u64>,
     comm: Option<String>,
     va: Option<String>,
     /// The packet's offset in its command buffer, when the record says.
     offset: Option<u64>,
     detail: String,
-    evidence: Evidence,
+    /// A job timeout's facts, when the record has them.
+    pub(super) hang: Option<TimeoutFacts>,
+    pub(super) evidence: Evidence,
 }
 
 impl Incident {
+    /// A job timeout whose facts say the timeout was too short for the job (`timeout`).
+    pub(super) fn too_short(&self) -> Option<String> {
+        match self.hang.as_ref()?.judge(None) {
+            Judgement::TooShort(why) => Some(why),
+            _ => None,
+        }
+    }
+
     fn what(&self) -> String {
         match self.kind {
             "page fault" => format!(
@@ -69,14 +80,16 @@ fn crash_incident(device: &str, c: &CrashDump) -> Option<Incident> {
             (Some(f), Some(a)) => format!("{f} {a}"),
             _ => String::new(),
         },
+        hang: c.hang.clone(),
         evidence: ev(c.source.clone(), c.evidence.clone()),
     })
 }
 
 /// The application layer: what the programs did wrong, from the kernel's records of its
 /// contexts (crash dumps, debugfs, dmesg) and from each process's own log.
-pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
-    // The kernel's view: crash dumps, then live contexts without a dump, else dmesg lines.
+/// The kernel's view of the faults and hangs: crash dumps, then live contexts without a dump,
+/// else the dmesg lines (their `rules::report` fields).
+pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
     let mut kernel_side: Vec<Incident> = Vec::new();
     for d in &s.view.devices {
         let Some(dfs) = &d.debugfs else { continue };
@@ -109,6 +122,7 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
                 va: c.get("va").map(str::to_string),
                 offset: c.num("offset"),
                 detail: format!("{} {}", c.or_dash("fault"), c.or_dash("access")),
+                hang: None,
                 evidence: ev(format!("{}/contexts", dfs.dir), c.line.clone()),
             });
         }
@@ -121,20 +135,31 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
                 _ => continue,
             };
             let device = dmesg_device(f).unwrap_or_else(|| "aigpu".into());
+            let k = dmesg::report_fields(&f.line);
             kernel_side.push(Incident {
                 kind,
                 device,
                 time: None,
-                ctx: dmesg::loose(&f.line, &["ctx", "context"]),
-                pid: dmesg::loose(&f.line, &["pid"]).and_then(|p| p.parse().ok()),
-                comm: dmesg::loose(&f.line, &["comm"]),
-                va: dmesg::loose(&f.line, &["va", "at", "address"]),
-                offset: dmesg::loose(&f.line, &["offset"]).and_then(|o| o.parse().ok()),
+                ctx: k.get("ctx").map(str::to_string),
+                pid: k.num("pid"),
+                comm: k.get("comm").map(str::to_string),
+                va: k.get("va").map(str::to_string),
+                offset: k.num("offset"),
                 detail: String::new(),
+                hang: TimeoutFacts::from_kv(&k),
                 evidence: dmesg_ev(src, f),
             });
         }
     }
+    kernel_side
+}
+
+pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
+    // The kernel's view; a job timeout its facts call too short is the configuration layer's.
+    let kernel_side: Vec<Incident> = kernel_incidents(s)
+        .into_iter()
+        .filter(|i| i.too_short().is_none())
+        .collect();
     let mut out = Vec::new();
     // 1. A device the kernel reports lost: after its most recent fault or hang.
     let lost_dev: Vec<&crate::smi::DeviceView> = s
@@ -289,6 +314,11 @@ fn incident_finding(i: &Incident, procs: &[Process<'_>]) -> Finding {
     if f.facts.packet.is_none() {
         f.facts.packet = kernel.facts.packet;
     }
+    // The kernel's record of a timeout has its facts; libumd's (on the kernel backend) does not.
+    if let (Some(h), None) = (&i.hang, f.facts.ran_ms) {
+        f.text = format!("{} — {}", f.text, h.text());
+        h.apply(&mut f.facts);
+    }
     f
 }
 
@@ -311,13 +341,24 @@ fn kernel_incident_finding(i: &Incident) -> Finding {
             }
         ),
         _ => format!(
-            "{} {} on {}{when} — the engine was reset and the context banned",
+            "{} {} on {}{when} — the engine was reset and the context banned{}",
             i.what(),
             i.place(),
-            i.device
+            i.device,
+            match &i.hang {
+                Some(h) => match h.judge(None) {
+                    Judgement::Hang(why) => format!("; a genuine hang: {why} ({})", h.text()),
+                    _ => format!("; {}", h.text()),
+                },
+                None => String::new(),
+            }
         ),
     };
     let page_fault = i.kind == "page fault";
+    let mut facts = Facts::default();
+    if let Some(h) = &i.hang {
+        h.apply(&mut facts);
+    }
     finding(text, vec![i.evidence.clone()]).with(Facts {
         kind: if page_fault { "page_fault" } else { "job_timeout" },
         pid: i.pid,
@@ -333,7 +374,7 @@ fn kernel_incident_finding(i: &Incident) -> Finding {
             "a job ran past the job timeout: find the kernel or packet that waits on or spins on something that never comes (libumd's log of the process tells the packet)"
         }
         .into(),
-        ..Facts::default()
+        ..facts
     })
 }
 
@@ -353,6 +394,7 @@ mod tests {
             va: Some("0x7f0010000".into()),
             offset: Some(24),
             detail: "unmapped read".into(),
+            hang: None,
             evidence: ev(
                 "crash-3",
                 "fault type=unmapped access=read va=0x7f0010000 offset=24 job=4711",

@@ -3,13 +3,16 @@
 //! timeout next to a job timeout, a small memory size next to an out-of-memory, the simulator
 //! forced where a kernel device exists, a value libumd refused.
 
-use super::{any_device, device_names, ev, finding, log_ev, pid64, Facts, Finding, Status};
+use super::{
+    any_device, application, device_names, ev, finding, log_ev, pid64, process, Facts, Finding,
+    Status,
+};
 use crate::triage::Snapshot;
 use crate::umdlog::facts::{Fact, Process};
 
 /// The configuration layer.
 pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
-    let mut out = Vec::new();
+    let mut out = kernel_short_timeouts(s);
     let mut looked = Vec::new();
     for p in procs.iter().rev() {
         let Some((Fact::Start { env, why, .. }, start)) = p.start() else {
@@ -118,13 +121,12 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
     ))
 }
 
-/// A job timeout below the default, set in the environment, next to a job timeout.
+/// A job timeout set in the environment that its job's facts call too short
+/// (`process::timeout_too_short`: a job still executing after about as long as its recent
+/// peers, or, with none, stopped by a timeout below the default; not a job waiting on a value
+/// that never came).
 fn short_timeout(p: &Process<'_>) -> Option<Finding> {
-    let (value, default, src, variable, set) = p.setting("job_timeout_ms")?;
-    let (v, d) = (value.parse::<u64>().ok()?, default.parse::<u64>().ok()?);
-    if src == "default" || v >= d {
-        return None;
-    }
+    let (value, default, _, variable, set) = p.setting("job_timeout_ms")?;
     let (i, (f, r)) = p.facts.iter().enumerate().find(|(_, (f, _))| {
         matches!(f, Fact::DevTimeout { .. }) || matches!(f, Fact::CtxLost(l) if l.cause == "hang")
     })?;
@@ -133,6 +135,8 @@ fn short_timeout(p: &Process<'_>) -> Option<Finding> {
         Fact::CtxLost(l) => l.ctx,
         _ => 0,
     };
+    let why = process::timeout_too_short(p, ctx)?;
+    let facts = process::timeout_facts(p, ctx);
     let hang_packets = p
         .setting("hang_debug")
         .map(|(v, ..)| v == "true")
@@ -144,11 +148,16 @@ fn short_timeout(p: &Process<'_>) -> Option<Finding> {
     {
         e.push(log_ev(lost));
     }
+    let mut fields = Facts::default();
+    if let Some(t) = facts {
+        t.apply(&mut fields);
+    }
     Some(
         finding(
             format!(
-                "job timeout {v} ms set by {variable}={value} in pid {}'s environment (default {d} ms): context {ctx}'s job was declared hung after {v} ms{} — the setting is too short, not the job",
+                "job timeout {value} ms set by {variable}={value} in pid {}'s environment (default {default} ms): context {ctx}'s job was declared hung, but {why}{}{} — the setting is too short, not the job",
                 p.pid.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
+                facts.map(|t| format!(" ({})", t.text())).unwrap_or_default(),
                 if hang_packets {
                     ""
                 } else {
@@ -162,10 +171,45 @@ fn short_timeout(p: &Process<'_>) -> Option<Finding> {
             pid: pid64(p),
             ctx: Some(ctx),
             setting: Some(format!("{variable}={value}")),
-            fix: format!("remove {variable} from the service's environment (default {d} ms) or set it above the longest job"),
-            ..Facts::default()
+            fix: format!("remove {variable} from the service's environment (default {default} ms) or set it above the longest job"),
+            ..fields
         }),
     )
+}
+
+/// A job timeout of aigpu.ko's (a crash dump's or dmesg's record) whose facts call the module's
+/// `job_timeout_ms` too short for the job.
+fn kernel_short_timeouts(s: &Snapshot) -> Vec<Finding> {
+    application::kernel_incidents(s)
+        .iter()
+        .filter_map(|i| {
+            let why = i.too_short()?;
+            let h = i.hang.as_ref()?;
+            let t = h.timeout_ms.unwrap_or(0);
+            let mut fields = Facts::default();
+            h.apply(&mut fields);
+            Some(
+                finding(
+                    format!(
+                        "aigpu's job timeout {t} ms ({}) on {}: context {}'s job was declared hung, but {why} ({}) — the setting is too short, not the job",
+                        h.timeout_source.as_deref().unwrap_or("?"),
+                        i.device,
+                        i.ctx.as_deref().unwrap_or("?"),
+                        h.text()
+                    ),
+                    vec![i.evidence.clone()],
+                )
+                .with(Facts {
+                    kind: "job_timeout_too_short",
+                    pid: i.pid,
+                    ctx: i.ctx.as_deref().and_then(|c| c.parse().ok()),
+                    setting: Some(format!("job_timeout_ms={t}")),
+                    fix: "raise aigpu's job_timeout_ms (modprobe.d options, docs/kmd.md \"Module parameters\") above the longest job".into(),
+                    ..fields
+                }),
+            )
+        })
+        .collect()
 }
 
 /// A device memory size below the default, set in the environment, next to an out-of-memory.

@@ -97,6 +97,19 @@ pub struct Facts {
     pub setting: Option<String>,
     /// The fatal signal that ended the process (`SIGSEGV`).
     pub signal: Option<String>,
+    /// A job timeout's facts (`timeout::TimeoutFacts`): how long the job ran, ms.
+    pub ran_ms: Option<u64>,
+    /// What its queue was doing: `executing`, `waiting`, `hung`.
+    pub state: Option<String>,
+    /// What a waiting queue waited on (a WAIT_MEM's VA or an in-fence's PA) and for which value.
+    pub wait_va: Option<u64>,
+    pub wait_pa: Option<u64>,
+    pub wait_value: Option<u64>,
+    /// The timeout in force and where it came from.
+    pub timeout_ms: Option<u64>,
+    pub timeout_source: Option<String>,
+    /// The run times of the context's last completed jobs, ms, oldest first.
+    pub recent_ms: Option<Vec<u64>>,
     /// What to do.
     pub fix: String,
 }

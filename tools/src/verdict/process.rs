@@ -3,6 +3,7 @@
 //! free, out of bounds, out of memory and who holds the memory), leaks, and how it ended.
 
 use super::{finding, hex, leaks, log_ev, pid64, refused, Facts, Finding};
+use crate::timeout::{Judgement, TimeoutFacts};
 use crate::umdlog::facts::{Buf, Fact, Lost, Process};
 use crate::util::bytes;
 
@@ -172,12 +173,40 @@ pub(super) fn nearest(p: &Process<'_>, at: usize, va: u64) -> Option<(String, u6
 /// Farther than this from every buffer, an address is not "just past" one.
 const FAR: u64 = 16 << 20;
 
-/// Whether the process's job timeout is a non-default, shorter setting: then a timeout is the
-/// configuration layer's finding, not the application's.
-fn timeout_is_configured_short(p: &Process<'_>) -> bool {
-    p.setting("job_timeout_ms").is_some_and(|(v, d, src, ..)| {
-        src != "default" && matches!((v.parse::<u64>(), d.parse::<u64>()), (Ok(v), Ok(d)) if v < d)
+/// The facts of the process's job timeout on context `ctx` (libumd's id): the backend's record.
+pub(super) fn timeout_facts<'p>(p: &'p Process<'_>, ctx: u64) -> Option<&'p TimeoutFacts> {
+    p.facts.iter().find_map(|(f, _)| match f {
+        Fact::DevTimeout {
+            kmd_ctx,
+            facts: Some(t),
+            ..
+        } if p.umd_ctx(*kmd_ctx) == ctx => Some(t),
+        _ => None,
     })
+}
+
+/// Why the process's job timeout on context `ctx` was too short for its job, when its facts say
+/// so (`TimeoutFacts::judge`, with the setting's default): then the timeout is the
+/// configuration layer's finding, not the application's. A record without the facts (an older
+/// libumd) falls back to the setting alone: a non-default timeout below the default.
+pub(super) fn timeout_too_short(p: &Process<'_>, ctx: u64) -> Option<String> {
+    let setting = p.setting("job_timeout_ms");
+    let default = setting.and_then(|(_, d, ..)| d.parse::<u64>().ok());
+    match timeout_facts(p, ctx) {
+        Some(t) => match t.judge(default) {
+            Judgement::TooShort(why) => Some(why),
+            _ => None,
+        },
+        None => setting
+            .filter(|(v, _, src, ..)| {
+                *src != "default"
+                    && v.parse::<u64>()
+                        .ok()
+                        .zip(default)
+                        .is_some_and(|(v, d)| v < d)
+            })
+            .map(|(v, d, ..)| format!("the timeout of {v} ms is below the default {d} ms")),
+    }
 }
 
 /// One process's faults and hangs as its log tells them.
@@ -290,9 +319,10 @@ pub(super) fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
             }
             "hang" => {
                 told.push(lost.ctx);
-                if timeout_is_configured_short(p) {
+                if timeout_too_short(p, lost.ctx).is_some() {
                     continue; // the configuration layer's finding
                 }
+                let facts = timeout_facts(p, lost.ctx);
                 let timeout = p.facts.iter().find_map(|(g, _)| match g {
                     Fact::DevTimeout { timeout_ms, .. } => Some(*timeout_ms),
                     _ => None,
@@ -301,10 +331,18 @@ pub(super) fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
                     .setting("job_timeout_ms")
                     .map(|(v, d, src, ..)| (v, d, src));
                 let hang_packets = p.setting("hang_debug").is_some_and(|(v, ..)| v == "true");
+                let mut fields = Facts::default();
+                if let Some(t) = facts {
+                    t.apply(&mut fields);
+                }
+                let said = facts.map_or(String::new(), |t| match t.judge(None) {
+                    Judgement::Hang(why) => format!("; a genuine hang: {why} ({})", t.text()),
+                    _ => format!("; {}", t.text()),
+                });
                 out.push(
                     finding(
                         format!(
-                            "context {} (pid {}) hung the GPU: its job did not complete within the job timeout{}; the engine was reset and the context banned{}{}",
+                            "context {} (pid {}) hung the GPU: its job did not complete within the job timeout{}; the engine was reset and the context banned{}{}{said}",
                             lost.ctx,
                             pid_s(p),
                             match (timeout, default) {
@@ -327,7 +365,7 @@ pub(super) fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
                         ctx: Some(lost.ctx),
                         innocent: inn,
                         fix: "find what the job waits on or spins on (umd-log last-job names it; a WAIT_VALUE nobody writes, a HANG packet left in)".into(),
-                        ..Facts::default()
+                        ..fields
                     }),
                 );
             }

@@ -117,6 +117,14 @@ pub fn facts_json(f: &Facts) -> serde_json::Map<String, Value> {
     put("culprit", f.culprit.map(Value::from));
     put("setting", f.setting.clone().map(Value::from));
     put("signal", f.signal.clone().map(Value::from));
+    put("ran_ms", f.ran_ms.map(Value::from));
+    put("state", f.state.clone().map(Value::from));
+    put("wait_va", f.wait_va.map(|v| Value::from(format!("{v:#x}"))));
+    put("wait_pa", f.wait_pa.map(|v| Value::from(format!("{v:#x}"))));
+    put("wait_value", f.wait_value.map(Value::from));
+    put("timeout_ms", f.timeout_ms.map(Value::from));
+    put("timeout_source", f.timeout_source.clone().map(Value::from));
+    put("recent_ms", f.recent_ms.clone().map(Value::from));
     if !f.innocent.is_empty() {
         put(
             "innocent",

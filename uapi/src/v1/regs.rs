@@ -182,6 +182,12 @@ pub const Q_CUR_JOB: usize = 0x20;
 pub const Q_CUR_OFFSET: usize = 0x28;
 /// Queue register: descriptors completed since reset.
 pub const Q_DONE_COUNT: usize = 0x2C;
+/// Queue register (64-bit): while `Q_STATE` is waiting, the address waited on: a WAIT_MEM
+/// packet's VA (in the descriptor's slot) or a WAIT descriptor's `fence_pa`; 0 otherwise.
+pub const Q_WAIT_ADDR: usize = 0x30;
+/// Queue register (64-bit): while `Q_STATE` is waiting, the value waited for (the wait ends when
+/// the u64 at `Q_WAIT_ADDR` is at least this); 0 otherwise.
+pub const Q_WAIT_VALUE: usize = 0x38;
 /// `Q_CTRL` bit: queue enabled.
 pub const Q_CTRL_ENABLE: u32 = 1;
 /// `Q_CTRL` priority field shift (2 bits).

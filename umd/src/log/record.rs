@@ -10,7 +10,8 @@ use tracing::Metadata;
 
 /// Fields beyond the message, `ctx`, `code` and `function` kept per record; more are counted
 /// in `Record::extra_fields` and reported as `fields_dropped=<n>`.
-pub(crate) const MAX_FIELDS: usize = 10;
+/// (16: the simulator's job-timeout record has 15, `umd::backend::sim::recovery`.)
+pub(crate) const MAX_FIELDS: usize = 16;
 
 /// The field whose integer value is a GPU address, written as `0x...` in text and JSON.
 pub const ADDRESS_FIELD: &str = "va";

@@ -23,6 +23,8 @@ const FAULT_JOB_HI: usize = regs::FAULT_JOB + 4;
 const TIMESTAMP_HI: usize = regs::TIMESTAMP + 4;
 const Q_RING_BASE_HI: usize = regs::Q_RING_BASE + 4;
 const Q_CUR_JOB_HI: usize = regs::Q_CUR_JOB + 4;
+const Q_WAIT_ADDR_HI: usize = regs::Q_WAIT_ADDR + 4;
+const Q_WAIT_VALUE_HI: usize = regs::Q_WAIT_VALUE + 4;
 // Address-space slot window: 16 bytes per slot.
 const AS_FIRST: usize = regs::as_pt_base(0);
 const AS_END: usize = regs::as_pt_base(regs::NUM_AS_SLOTS);
@@ -166,6 +168,26 @@ impl Queue {
             regs::QSTATE_RUNNING
         } else {
             regs::QSTATE_IDLE
+        }
+    }
+
+    /// `Q_WAIT_ADDR` and `Q_WAIT_VALUE`: what a waiting queue waits for, (0, 0) otherwise.
+    fn wait_on(&self) -> (u64, u64) {
+        match self.active {
+            Some(Active {
+                wait: Wait::Desc,
+                desc,
+                ..
+            }) if !self.faulted && !self.hung => (desc.fence_pa, desc.value),
+            Some(Active {
+                wait:
+                    Wait::Mem {
+                        packet: Packet::WaitMem { addr, value },
+                        ..
+                    },
+                ..
+            }) if !self.faulted && !self.hung => (addr, value),
+            _ => (0, 0),
         }
     }
 
@@ -315,6 +337,10 @@ impl<M: PhysMem, C: Clock> Device<M, C> {
                     Q_CUR_JOB_HI => (q.cur_job >> 32) as u32,
                     regs::Q_CUR_OFFSET => q.cur_offset,
                     regs::Q_DONE_COUNT => q.done_count,
+                    regs::Q_WAIT_ADDR => q.wait_on().0 as u32,
+                    Q_WAIT_ADDR_HI => (q.wait_on().0 >> 32) as u32,
+                    regs::Q_WAIT_VALUE => q.wait_on().1 as u32,
+                    Q_WAIT_VALUE_HI => (q.wait_on().1 >> 32) as u32,
                     _ => 0,
                 }
             }

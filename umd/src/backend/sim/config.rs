@@ -19,6 +19,9 @@ pub struct SimConfig {
     pub mem_bytes: u64,
     /// Job timeout.
     pub job_timeout_ms: u64,
+    /// Where it came from: the default, or `UMD_SIM_JOB_TIMEOUT_MS` (the job-timeout record's
+    /// `timeout_source`).
+    pub job_timeout_source: rules::report::TimeoutSource,
     /// HANG packets allowed.
     pub hang_debug: bool,
     /// The UAPI version reported by QUERY (major, minor).
@@ -35,6 +38,7 @@ impl Default for SimConfig {
             devices: 1,
             mem_bytes: 1024 << 20,
             job_timeout_ms: 2000,
+            job_timeout_source: rules::report::TimeoutSource::Default,
             hang_debug: false,
             uapi: (uapi::UAPI_MAJOR, uapi::UAPI_MINOR),
             publish: true,
@@ -60,6 +64,11 @@ impl SimConfig {
             devices: num("UMD_SIM_DEVICES", 1, 8, 1)? as u32,
             mem_bytes: num("UMD_SIM_MEM_MIB", 16, 65536, 1024)? << 20,
             job_timeout_ms: num("UMD_SIM_JOB_TIMEOUT_MS", 10, 600_000, 2000)?,
+            job_timeout_source: if std::env::var_os("UMD_SIM_JOB_TIMEOUT_MS").is_some() {
+                rules::report::TimeoutSource::Environment
+            } else {
+                rules::report::TimeoutSource::Default
+            },
             hang_debug: num("UMD_SIM_HANG_DEBUG", 0, 1, 0)? == 1,
             uapi: version("UMD_SIM_UAPI")?,
             publish: num("UMD_SIM_PUBLISH", 0, 1, 1)? == 1,

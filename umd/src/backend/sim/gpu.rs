@@ -55,6 +55,8 @@ pub struct Ctx {
     pub ban: Option<Ban>,
     /// CTX_DESTROY is waiting for its work: a WAIT on it fails at once (`rules::fence::wait_done`).
     pub closing: bool,
+    /// Run times of its last completed jobs (the job-timeout record's `recent_ms`).
+    pub recent: rules::recovery::RecentJobs,
 }
 
 impl Ctx {
@@ -78,6 +80,8 @@ pub(super) struct Job {
     pub(super) deps: Vec<(u32, u64)>,
     /// Ring index one past the job's last descriptor.
     pub(super) end: u32,
+    /// When it was submitted (`mono_ns`), for its run time (`rules::recovery::RunTimes`).
+    pub(super) submitted_ns: u64,
 }
 
 pub(super) struct Queue {
@@ -86,6 +90,8 @@ pub(super) struct Queue {
     pub(super) inflight: VecDeque<Job>,
     pub(super) clock: rules::recovery::JobClock,
     pub(super) busy: rules::recovery::BusySamples,
+    /// When each job started and ended (the contexts' recent run times).
+    pub(super) runs: rules::recovery::RunTimes,
     /// Jobs completed on this queue.
     pub(super) done: u64,
 }
@@ -222,6 +228,7 @@ impl Gpu {
                 inflight: VecDeque::new(),
                 clock: Default::default(),
                 busy: Default::default(),
+                runs: Default::default(),
                 done: 0,
             });
         }
@@ -442,6 +449,7 @@ impl Gpu {
                 reset_status: RESET_NONE,
                 ban: None,
                 closing: false,
+                recent: Default::default(),
             },
         );
         tracing::debug!(kmd_ctx = id, queue, priority, "context created");
@@ -627,6 +635,7 @@ impl Gpu {
             descs,
             deps,
             end,
+            submitted_ns: crate::error::detail::mono_ns(),
         });
         self.ring_doorbell(queue, end);
         drop(st);

@@ -7,6 +7,7 @@
 use super::gpu::{lock, Gpu, Job, SimClock, State};
 use super::physmem::SharedMem;
 use rules::recovery::{self, Blame, JobView, WaitFate};
+use rules::report::{HangFacts, QueueActivity};
 use rules::{Ban, FaultInfo};
 use std::time::{Duration, Instant};
 use uapi::ioctl::{RESET_GUILTY, RESET_INNOCENT, RESET_NONE};
@@ -33,6 +34,7 @@ fn view(j: &Job) -> JobView {
 impl Gpu {
     /// Retires completed jobs: reads each ring's head and each context's fence from memory.
     pub(super) fn retire(&self, st: &mut State, d: &mut Dev) {
+        let now = crate::error::detail::mono_ns();
         for qi in 0..st.queues.len() {
             let head = d.mmio_read32(regs::queue_base(qi) + regs::Q_HEAD);
             while st.queues[qi]
@@ -42,6 +44,10 @@ impl Gpu {
             {
                 if let Some(job) = st.queues[qi].inflight.pop_front() {
                     st.queues[qi].done += 1;
+                    let ran = st.queues[qi].runs.completed(job.submitted_ns, now);
+                    if let Some(c) = st.contexts.get_mut(&job.ctx) {
+                        c.recent.push(recovery::ms_between(0, ran));
+                    }
                     job_gone(st, &job);
                 }
             }
@@ -144,6 +150,41 @@ impl Gpu {
         self.recover(st, d);
     }
 
+    /// What the job-timeout record says of hung job `job` on `queue` at `now` (ns), as aigpu.ko's
+    /// report does: how long it ran (the watchdog's clock), what the queue was doing (`Q_STATE`,
+    /// `Q_WAIT_ADDR`, `Q_WAIT_VALUE`; a WAIT descriptor at the ring head is an in-fence wait), the
+    /// packet offset, the timeout and its source, the context's recent run times.
+    fn hang_facts(&self, st: &State, d: &mut Dev, queue: usize, job: u64, now: u64) -> HangFacts {
+        let qb = regs::queue_base(queue);
+        let head = d.mmio_read32(qb + regs::Q_HEAD);
+        let q = st.queues.get(queue);
+        let the_job = q.and_then(|q| q.inflight.iter().find(|j| j.id == job));
+        let at_wait_desc = the_job.is_some_and(|j| {
+            let start = j.end.wrapping_sub(j.descs.len() as u32);
+            j.descs
+                .get(head.wrapping_sub(start) as usize)
+                .is_some_and(|x| x.kind == uapi::ring::DESC_WAIT)
+        });
+        HangFacts {
+            ran_ms: u64::from(recovery::ms_between(
+                q.map_or(now, |q| q.clock.since_ns()),
+                now,
+            )),
+            activity: QueueActivity::from_regs(
+                d.mmio_read32(qb + regs::Q_STATE),
+                d.mmio_read64(qb + regs::Q_WAIT_ADDR),
+                d.mmio_read64(qb + regs::Q_WAIT_VALUE),
+                at_wait_desc,
+            ),
+            offset: d.mmio_read32(qb + regs::Q_CUR_OFFSET),
+            timeout_ms: self.cfg.job_timeout_ms,
+            timeout_source: self.cfg.job_timeout_source,
+            recent: the_job
+                .and_then(|j| st.contexts.get(&j.ctx))
+                .map_or_else(Default::default, |c| c.recent),
+        }
+    }
+
     /// Busy sampling and hang detection: a job executing longer than the job timeout.
     pub(super) fn watchdog(&self) {
         let mut st = self.state();
@@ -171,28 +212,51 @@ impl Gpu {
         let Some((queue, job, guilty)) = hung else {
             return;
         };
+        // What the queue shows now, before anything retires or resets.
+        let facts = self.hang_facts(&st, &mut d, queue, job, now);
         // Collect what did complete before declaring the rest lost.
         self.retire(&mut st, &mut d);
         st.counters.hangs += 1;
-        match guilty {
-            Some(g) => tracing::error!(
-                device = self.index,
-                kmd_ctx = g.ctx,
-                seqno = g.seqno,
-                job,
-                queue,
-                timeout_ms = self.cfg.job_timeout_ms,
+        // The fields of aigpu.ko's dmesg line (`rules::report::HangLine`), `kmd_ctx` for its
+        // `ctx`; `recent_ms` as the line writes it.
+        let (wait, wait_va, wait_pa, wait_value) = match facts.activity {
+            QueueActivity::WaitMem { va, value } => {
+                (Some("mem"), Some(format!("{va:#x}")), None, Some(value))
+            }
+            QueueActivity::WaitFence { pa, value } => {
+                (Some("fence"), None, Some(format!("{pa:#x}")), Some(value))
+            }
+            _ => (None, None, None, None),
+        };
+        let mut recent_ms = String::new();
+        let _ = facts.write_recent(&mut recent_ms);
+        let (state, ran_ms, offset) = (facts.activity.state_name(), facts.ran_ms, facts.offset);
+        let timeout_source = facts.timeout_source.name();
+        let msg = match guilty {
+            Some(g) => format!(
                 "job timeout: kmd context {} hung the GPU; resetting the engine",
                 g.ctx
             ),
-            None => tracing::error!(
-                device = self.index,
-                job,
-                queue,
-                timeout_ms = self.cfg.job_timeout_ms,
-                "job timeout on an unknown job; resetting the engine"
-            ),
-        }
+            None => "job timeout on an unknown job; resetting the engine".to_string(),
+        };
+        tracing::error!(
+            device = self.index,
+            kmd_ctx = guilty.map(|g| g.ctx),
+            seqno = guilty.map(|g| g.seqno),
+            job,
+            queue,
+            ran_ms,
+            state,
+            wait,
+            wait_va,
+            wait_pa,
+            wait_value,
+            offset,
+            timeout_ms = facts.timeout_ms,
+            timeout_source,
+            recent_ms,
+            "{msg}"
+        );
         if let Some(g) = guilty {
             if let Some(c) = st.contexts.get_mut(&g.ctx) {
                 c.ban = Some(Ban::Hang);
@@ -268,6 +332,7 @@ impl Gpu {
             let jobs: Vec<Job> = st.queues[qi].inflight.drain(..).collect();
             st.queues[qi].tail = 0;
             st.queues[qi].clock.reset();
+            st.queues[qi].runs.restart(crate::error::detail::mono_ns());
             for mut job in jobs {
                 let keep = st.contexts.get(&job.ctx).is_some_and(|c| c.ban.is_none());
                 if !keep {
