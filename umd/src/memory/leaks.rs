@@ -5,8 +5,10 @@
 //! each made a single destroy print 122,880 lines and take half a second, and overflowed the log
 //! queue so the file lost most of them anyway. The report is bounded instead: the first
 //! [`DETAILED`] leaks one WARN each (size, age, tag, VA, call site when `UMD_POOL_HISTORY` is
-//! on), then one summary WARN with the totals and the leaks grouped by call site (or size class
-//! without the history), largest groups first. `umdMemDumpHistory` lists every live buffer.
+//! on), then one summary WARN with the totals and the leaks grouped by call site (the history's,
+//! else the application's `umdMemAlloc` call, else the size class), largest groups first. Each
+//! leak's record carries the application's call as its `caller` field (docs/logging.md, "Call
+//! sites"). `umdMemDumpHistory` lists every live buffer.
 
 use super::Buffer;
 use std::collections::HashMap;
@@ -29,6 +31,7 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
     for (i, b) in leaked.iter().enumerate() {
         bytes += b.size;
         let site = b.site.as_ref().map(|s| s.describe());
+        let caller = b.caller.describe();
         if i < DETAILED {
             tracing::warn!(
                 ctx = b.ctx_id,
@@ -41,11 +44,14 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
                 site = site
                     .as_deref()
                     .unwrap_or("- (UMD_POOL_HISTORY=N records it)"),
+                caller = b.caller.0 as u64,
                 event = "leak",
                 "leak: buffer still allocated at {at}; freeing it"
             );
         }
-        let key = site.unwrap_or_else(|| format!("size class {}", b.alloc_size));
+        let key = site
+            .or(caller)
+            .unwrap_or_else(|| format!("size class {}", b.alloc_size));
         let g = groups.entry(key).or_default();
         g.0 += 1;
         g.1 += b.size;

@@ -1,0 +1,207 @@
+//! The application's call sites (src/caller.rs; docs/logging.md, "Call sites"): tests/c/callsites.c
+//! allocates and frees at known lines in known functions; its log records' `caller` and
+//! `caller_fn` fields, the detail of its double free and its leak report must name them. Built
+//! with `-g -rdynamic` (exported functions: dladdr names them) and again stripped (only
+//! `module+offset`); `addr2line` maps the offsets back to the marked lines.
+
+#[path = "c_util.rs"]
+mod c_util;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The program built with `extra` flags, under `name`.
+fn build(name: &str, extra: &[&str]) -> PathBuf {
+    let exe = c_util::out_dir().join(name);
+    let o = c_util::compile_with("tests/c/callsites.c", &exe, &["-std=c11"], extra);
+    assert!(
+        o.status.success(),
+        "tests/c/callsites.c does not compile:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+/// Runs `exe` on the simulator with a JSON log in a fresh directory: (its output, the records).
+fn run(exe: &Path, name: &str) -> (Output, Vec<Value>) {
+    let dir = c_util::out_dir().join(format!("{name}-logs"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let mut c = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMD_") {
+            c.env_remove(k);
+        }
+    }
+    let o = c
+        .env("UMD_BACKEND", "sim")
+        .env("UMD_LOG_DIR", &dir)
+        .env("UMD_LOG_FORMAT", "json")
+        .env("UMD_LOG_SIGNALS", "0")
+        .output()
+        .expect("run callsites");
+    assert!(
+        o.status.success(),
+        "status {:?}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut recs = Vec::new();
+    for e in std::fs::read_dir(&dir).expect("read log dir").flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        recs.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
+    }
+    (o, recs)
+}
+
+/// The string field `k` of the first record with message `msg` whose field `key` is `val`.
+fn field(recs: &[Value], msg: &str, key: &str, val: u64, k: &str) -> String {
+    let r = recs
+        .iter()
+        .find(|r| r["msg"] == msg && r["fields"][key] == val)
+        .unwrap_or_else(|| panic!("no {msg:?} record with {key}={val}"));
+    r["fields"][k]
+        .as_str()
+        .unwrap_or_else(|| panic!("{msg:?} record has no string field {k}: {r}"))
+        .to_string()
+}
+
+/// `<path>+0x<off>` split, the path checked to be `exe`.
+fn offset(caller: &str, exe: &Path) -> u64 {
+    let (m, off) = caller.rsplit_once('+').expect("module+offset");
+    assert_eq!(Path::new(m), exe, "caller module of {caller}");
+    u64::from_str_radix(off.trim_start_matches("0x"), 16).expect("hex offset")
+}
+
+/// `file:line` of the call whose return address is at `off` in `exe` (`addr2line` on the
+/// address before it: the call instruction).
+fn line_of(exe: &Path, off: u64) -> String {
+    let o = Command::new("addr2line")
+        .arg("-e")
+        .arg(exe)
+        .arg(format!("{:#x}", off - 1))
+        .output()
+        .expect("run addr2line");
+    let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let (f, l) = s.rsplit_once(':').expect("file:line");
+    let line = l.split(' ').next().unwrap_or(l);
+    format!("{}:{line}", f.rsplit('/').next().unwrap_or(f))
+}
+
+/// The buffer id of the `alloc` record with `size`.
+fn buffer_of_size(recs: &[Value], size: u64) -> u64 {
+    recs.iter()
+        .find(|r| r["msg"] == "alloc" && r["fields"]["size"] == size)
+        .and_then(|r| r["fields"]["buffer"].as_u64())
+        .unwrap_or_else(|| panic!("no alloc of {size} bytes"))
+}
+
+#[test]
+fn log_records_detail_and_leak_report_name_the_applications_functions() {
+    let exe = build("callsites", &["-g", "-rdynamic"]);
+    let (o, recs) = run(&exe, "callsites");
+    let (a, t, l) = (
+        buffer_of_size(&recs, 4096),
+        buffer_of_size(&recs, 8192),
+        buffer_of_size(&recs, 12288),
+    );
+    let func = |msg, b, f: &str| {
+        let got = field(&recs, msg, "buffer", b, "caller_fn");
+        assert!(got.starts_with(&format!("{f}+0x")), "{msg} of {b}: {got}");
+    };
+    func("alloc", a, "make_scratch");
+    func("free", a, "drop_scratch");
+    func("alloc", t, "make_tagged");
+    func("free", t, "free_by_address");
+    func("alloc", l, "leak_one");
+    // The offsets are the marked lines.
+    let at = |msg, b| {
+        line_of(
+            &exe,
+            offset(&field(&recs, msg, "buffer", b, "caller"), &exe),
+        )
+    };
+    assert_eq!(at("alloc", a), "callsites.c:19");
+    assert_eq!(at("free", a), "callsites.c:23");
+    assert_eq!(at("alloc", t), "callsites.c:28");
+    assert_eq!(at("free", t), "callsites.c:32");
+    assert_eq!(at("alloc", l), "callsites.c:36");
+
+    // The double free's detail names both calls, as the log records do.
+    let short = |msg, b| {
+        let off = offset(&field(&recs, msg, "buffer", b, "caller"), &exe);
+        let f = field(&recs, msg, "buffer", b, "caller_fn");
+        format!("{f} (callsites+{off:#x})")
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("double_free "))
+        .expect("double_free line");
+    let head = format!(
+        "double_free UMD_ERR_MEM_DOUBLE_FREE double free of 0x200000: buffer {t} (8192 bytes at VA 0x200000, allocated on context 1 at {}), freed ",
+        short("alloc", t)
+    );
+    assert!(line.starts_with(&head), "{line}\nwanted {head}");
+    let tail = format!(
+        " at {}. Action: fix the call (arguments, handles or call order).",
+        short("free", t)
+    );
+    assert!(line.ends_with(&tail), "{line}\nwanted {tail}");
+
+    // The leak: its record and the summary's group name leak_one.
+    let leak = recs
+        .iter()
+        .find(|r| r["fields"]["event"] == "leak")
+        .expect("leak record");
+    assert_eq!(leak["fields"]["buffer"], l);
+    assert_eq!(
+        leak["fields"]["caller"],
+        field(&recs, "alloc", "buffer", l, "caller")
+    );
+    assert_eq!(
+        leak["fields"]["caller_fn"],
+        field(&recs, "alloc", "buffer", l, "caller_fn")
+    );
+    let summary = recs
+        .iter()
+        .find(|r| r["fields"]["event"] == "leak_summary")
+        .expect("leak summary");
+    assert_eq!(
+        summary["fields"]["largest"],
+        format!("{}: 1 buffers, 12288 bytes", short("alloc", l))
+    );
+}
+
+#[test]
+fn a_stripped_program_gets_module_and_offset() {
+    let exe = build("callsites-stripped", &["-s"]);
+    let (o, recs) = run(&exe, "callsites-stripped");
+    let a = buffer_of_size(&recs, 4096);
+    let caller = field(&recs, "alloc", "buffer", a, "caller");
+    let off = offset(&caller, &exe);
+    assert!(off > 0, "{caller}");
+    assert_eq!(field(&recs, "alloc", "buffer", a, "caller_fn"), "-");
+    // Without symbols: module+offset in the detail and the leak summary.
+    let module = |msg, b| {
+        let off = offset(&field(&recs, msg, "buffer", b, "caller"), &exe);
+        format!("callsites-stripped+{off:#x}")
+    };
+    let t = buffer_of_size(&recs, 8192);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let want = format!("allocated on context 1 at {}), freed ", module("alloc", t));
+    assert!(out.contains(&want), "{out}\nwanted {want}");
+    let want = format!(" at {}. Action:", module("free", t));
+    assert!(out.contains(&want), "{out}\nwanted {want}");
+    let l = buffer_of_size(&recs, 12288);
+    let summary = recs
+        .iter()
+        .find(|r| r["fields"]["event"] == "leak_summary")
+        .expect("leak summary");
+    assert_eq!(
+        summary["fields"]["largest"],
+        format!("{}: 1 buffers, 12288 bytes", module("alloc", l))
+    );
+}
