@@ -161,7 +161,7 @@ fn program(name: &str) -> PathBuf {
         return exe;
     }
     let exe = c_util::out_dir().join(format!("staged-{name}"));
-    let o = c_util::compile(&format!("tests/triage/{name}.c"), &exe, &["-std=c11"]);
+    let o = c_util::compile(&format!("tests/triage/{name}.c"), &exe, &["-std=c11", "-g"]);
     assert!(
         o.status.success(),
         "tests/triage/{name}.c does not compile:\n{}",

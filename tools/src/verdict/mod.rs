@@ -97,6 +97,11 @@ pub struct Facts {
     pub setting: Option<String>,
     /// The fatal signal that ended the process (`SIGSEGV`).
     pub signal: Option<String>,
+    /// The application's call that allocated the buffer concerned
+    /// ([`crate::umdlog::symbolize::CallSite::describe`]).
+    pub allocated_at: Option<String>,
+    /// The application's call that freed it.
+    pub freed_at: Option<String>,
     /// What to do.
     pub fix: String,
 }

@@ -117,6 +117,8 @@ pub fn facts_json(f: &Facts) -> serde_json::Map<String, Value> {
     put("culprit", f.culprit.map(Value::from));
     put("setting", f.setting.clone().map(Value::from));
     put("signal", f.signal.clone().map(Value::from));
+    put("allocated_at", f.allocated_at.clone().map(Value::from));
+    put("freed_at", f.freed_at.clone().map(Value::from));
     if !f.innocent.is_empty() {
         put(
             "innocent",
