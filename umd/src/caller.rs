@@ -14,6 +14,12 @@
 //! `-C force-frame-pointers=yes` (.cargo/config.toml) and build.rs sets `umd_frame_pointers`
 //! only when the rustflags say so. On other architectures than x86_64 and aarch64, or without
 //! frame pointers, nothing is captured (the field reads `-`).
+//!
+//! Why inline assembly: the compiler's own `__builtin_return_address(0)` is only on nightly
+//! (`core::arch::return_address!`, feature `return_address`), and a stack walker (glibc's
+//! `backtrace(3)`, which `UMD_POOL_HISTORY` uses: src/memory/pool/history.rs) costs
+//! microseconds per call, where this load costs about a nanosecond (docs/benchmarks.md, "Call
+//! sites").
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};

@@ -205,3 +205,85 @@ fn a_stripped_program_gets_module_and_offset() {
         format!("{}: 1 buffers, 12288 bytes", module("alloc", l))
     );
 }
+
+/// Through Python's ctypes (the python/ package): the direct caller of the entries is libffi's
+/// call trampoline (or the interpreter's ctypes module), a module of its own, and nothing
+/// crashes; a double free's detail names it.
+#[test]
+fn a_call_from_python_ctypes_names_the_ffi_module() {
+    let python = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        Command::new(p)
+            .arg("-c")
+            .arg("import ctypes")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(python) = python else {
+        eprintln!("skipped: no python3 with ctypes");
+        return;
+    };
+    let dir = c_util::out_dir().join("python-logs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let code = r#"
+import aigpu
+with aigpu.Device(0) as d, d.context() as c:
+    b = c.alloc(4096)
+    va = b.address
+    b.close()
+    try:
+        c.free_address(va)
+    except aigpu.UmdError as e:
+        print("detail", e)
+"#;
+    let mut cmd = Command::new(python);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMD_") {
+            cmd.env_remove(k);
+        }
+    }
+    let o = cmd
+        .arg("-c")
+        .arg(code)
+        .env("PYTHONPATH", c_util::root().join("python"))
+        .env("AIGPU_UMD_LIBRARY", c_util::libumd())
+        .env("UMD_BACKEND", "sim")
+        .env("UMD_LOG_DIR", &dir)
+        .env("UMD_LOG_FORMAT", "json")
+        .env("UMD_LOG_SIGNALS", "0")
+        .output()
+        .expect("run python");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "status {:?}\n{out}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut recs: Vec<Value> = Vec::new();
+    for e in std::fs::read_dir(&dir).expect("read log dir").flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        recs.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
+    }
+    let b = buffer_of_size(&recs, 4096);
+    let caller = field(&recs, "alloc", "buffer", b, "caller");
+    let (module, off) = caller.rsplit_once("+0x").expect("module+offset");
+    let name = module.rsplit('/').next().unwrap_or(module);
+    assert!(
+        ["libffi", "_ctypes", "libpython", "python"]
+            .iter()
+            .any(|p| name.starts_with(p)),
+        "alloc caller {caller}"
+    );
+    assert_eq!(field(&recs, "alloc", "buffer", b, "caller_fn"), "-");
+    let free = field(&recs, "free", "buffer", b, "caller");
+    let (free_module, free_off) = free.rsplit_once("+0x").expect("module+offset");
+    assert_eq!(
+        free_module, module,
+        "free caller {free}, alloc caller {caller}"
+    );
+    let want = format!("allocated on context 1 at {name}+0x{off}), freed ");
+    assert!(out.contains(&want), "{out}\nwanted {want}");
+    let want = format!(" at {name}+0x{free_off}. Action:");
+    assert!(out.contains(&want), "{out}\nwanted {want}");
+}
