@@ -136,7 +136,7 @@ pub struct Cache {
 }
 
 /// Addresses kept at most.
-pub const CACHE_MAX: usize = 4096;
+pub(crate) const CACHE_MAX: usize = 4096;
 
 impl Cache {
     /// Empty.
