@@ -52,6 +52,22 @@ int main(void) {
     umdErrorDetail d = {.struct_size = sizeof d};
     if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return 1;
     printf("double_free %s %s\n", umdGetErrorName(r), d.message);
+    /* A use after free: a fill of a buffer freed before the submit that replays it. */
+    umdBuffer u;
+    umdDevicePtr uva;
+    umdCmdBuf cb;
+    umdFence done;
+    CHECK(make_scratch(ctx, &u));
+    CHECK(umdMemGetAddress(u, &uva));
+    CHECK(umdCmdBufCreate(ctx, &cb));
+    CHECK(umdCmdBufBegin(cb));
+    CHECK(umdCmdFill(cb, uva, 4096, 0x2a2a2a2a));
+    CHECK(umdCmdBufEnd(cb));
+    CHECK(drop_scratch(u));
+    r = umdSubmit(ctx, &cb, 1, NULL, 0, &done);
+    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return 1;
+    printf("use_after_free %s %s\n", umdGetErrorName(r), d.message);
+    CHECK(umdCmdBufDestroy(cb));
     CHECK(leak_one(ctx, &l));
     CHECK(umdContextDestroy(ctx)); /* reports the leak */
     CHECK(umdDeviceClose(dev));

@@ -151,6 +151,33 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
     );
     assert!(line.ends_with(&tail), "{line}\nwanted {tail}");
 
+    // The use after free's detail (the submit's check), the same calls of the second buffer
+    // make_scratch allocated.
+    let u = recs
+        .iter()
+        .filter(|r| r["msg"] == "alloc" && r["fields"]["size"] == 4096)
+        .filter_map(|r| r["fields"]["buffer"].as_u64())
+        .nth(1)
+        .expect("a second 4096-byte buffer");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("use_after_free "))
+        .expect("use_after_free line");
+    assert!(
+        line.starts_with("use_after_free UMD_ERR_MEM_USE_AFTER_FREE command buffer #0: "),
+        "{line}"
+    );
+    let want = format!(
+        ", memory of buffer {u} (4096 bytes at VA {}, allocated on context 1 at {}), freed ",
+        field(&recs, "alloc", "buffer", u, "va"),
+        short("alloc", u)
+    );
+    assert!(line.contains(&want), "{line}\nwanted {want}");
+    let want = format!(" at {}. Free a buffer only after", short("free", u));
+    assert!(line.contains(&want), "{line}\nwanted {want}");
+    assert!(short("alloc", u).starts_with("make_scratch+0x"));
+    assert!(short("free", u).starts_with("drop_scratch+0x"));
+
     // The leak: its record and the summary's group name leak_one.
     let leak = recs
         .iter()
