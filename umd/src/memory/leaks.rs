@@ -11,6 +11,7 @@
 //! sites"). `umdMemDumpHistory` lists every live buffer.
 
 use super::Buffer;
+use crate::caller::Caller;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -18,6 +19,27 @@ use std::sync::Arc;
 pub(crate) const DETAILED: usize = 32;
 /// Groups named in the summary.
 const GROUPS: usize = 5;
+
+/// What a group of leaks has in common.
+#[derive(PartialEq, Eq, Hash)]
+enum Key {
+    /// The history's backtrace.
+    Site(String),
+    /// The application's allocating call.
+    Caller(Caller),
+    /// The size class (nothing else known).
+    Class(u64),
+}
+
+impl Key {
+    fn name(&self) -> String {
+        match self {
+            Key::Site(s) => s.clone(),
+            Key::Caller(c) => c.resolve().describe(),
+            Key::Class(c) => format!("size class {c}"),
+        }
+    }
+}
 
 /// Logs the leak report for `leaked` (already removed from the handle table by the caller),
 /// found at `at` (`umdContextDestroy` / `umdDeviceClose`) on context `ctx` (0: the device's
@@ -27,11 +49,11 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
         return;
     }
     let mut bytes = 0u64;
-    let mut groups: HashMap<String, (u64, u64)> = HashMap::new();
+    // Grouped by what names the site cheaply (the address, the class); named once per group.
+    let mut groups: HashMap<Key, (u64, u64)> = HashMap::new();
     for (i, b) in leaked.iter().enumerate() {
         bytes += b.size;
         let site = b.site.as_ref().map(|s| s.describe());
-        let caller = b.caller.describe();
         if i < DETAILED {
             tracing::warn!(
                 ctx = b.ctx_id,
@@ -49,14 +71,17 @@ pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
                 "leak: buffer still allocated at {at}; freeing it"
             );
         }
-        let key = site
-            .or(caller)
-            .unwrap_or_else(|| format!("size class {}", b.alloc_size));
+        let key = match (site, b.caller) {
+            (Some(s), _) => Key::Site(s),
+            (None, c) if c.0 != 0 => Key::Caller(c),
+            (None, _) => Key::Class(b.alloc_size),
+        };
         let g = groups.entry(key).or_default();
         g.0 += 1;
         g.1 += b.size;
     }
-    let mut top: Vec<(String, (u64, u64))> = groups.into_iter().collect();
+    let mut top: Vec<(String, (u64, u64))> =
+        groups.into_iter().map(|(k, v)| (k.name(), v)).collect();
     top.sort_by(|a, b| {
         b.1 .1
             .cmp(&a.1 .1)
