@@ -25,6 +25,11 @@ fn build(name: &str, extra: &[&str]) -> PathBuf {
 
 /// Runs `exe` on the simulator with a JSON log in a fresh directory: (its output, the records).
 fn run(exe: &Path, name: &str) -> (Output, Vec<Value>) {
+    run_with(exe, name, &[])
+}
+
+/// [`run`] with more variables.
+fn run_with(exe: &Path, name: &str, envs: &[(&str, &str)]) -> (Output, Vec<Value>) {
     let dir = c_util::out_dir().join(format!("{name}-logs"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("log dir");
@@ -39,6 +44,7 @@ fn run(exe: &Path, name: &str) -> (Output, Vec<Value>) {
         .env("UMD_LOG_DIR", &dir)
         .env("UMD_LOG_FORMAT", "json")
         .env("UMD_LOG_SIGNALS", "0")
+        .envs(envs.iter().copied())
         .output()
         .expect("run callsites");
     assert!(
@@ -313,4 +319,24 @@ with aigpu.Device(0) as d, d.context() as c:
     assert!(out.contains(&want), "{out}\nwanted {want}");
     let want = format!(" at {name}+0x{free_off}. Action:");
     assert!(out.contains(&want), "{out}\nwanted {want}");
+}
+
+/// With `UMD_POOL_HISTORY=N` the leak's `site` is the backtrace, its first frame the same call
+/// as `caller` (both resolved by src/caller.rs), then main.
+#[test]
+fn the_history_backtrace_starts_at_the_same_call() {
+    let exe = build("callsites-history", &["-g", "-rdynamic"]);
+    let (_, recs) = run_with(&exe, "callsites-history", &[("UMD_POOL_HISTORY", "64")]);
+    let l = buffer_of_size(&recs, 12288);
+    let leak = recs
+        .iter()
+        .find(|r| r["fields"]["event"] == "leak")
+        .expect("leak record");
+    let off = offset(&field(&recs, "alloc", "buffer", l, "caller"), &exe);
+    let f = field(&recs, "alloc", "buffer", l, "caller_fn");
+    let site = leak["fields"]["site"].as_str().unwrap_or("");
+    let want = format!("{f} (callsites-history+{off:#x}) <- main+0x");
+    assert!(site.starts_with(&want), "{site}\nwanted {want}");
+    assert!(site.ends_with(")"), "{site}");
+    assert!(site.contains(" (via umd/src/"), "{site}");
 }
