@@ -51,8 +51,8 @@ macro_rules! caller {
             let ra: usize;
             // SAFETY: built with frame pointers (build.rs sets `umd_frame_pointers` only then),
             // so in this function's body rbp points at its frame record [saved rbp, return
-            // address], which lives on the stack until the function returns; the load reads it
-            // and writes nothing.
+            // address], which lives on the stack until the function returns (inlined into a
+            // caller, the record is that caller's, as valid); the load reads it, writes nothing.
             unsafe {
                 ::core::arch::asm!("mov {}, [rbp + 8]", out(reg) ra,
                     options(nostack, readonly, preserves_flags))

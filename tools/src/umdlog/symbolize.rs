@@ -79,7 +79,7 @@ impl CallSite {
 
     /// file:line from the module's DWARF (cached per module and address).
     pub fn line(&self) -> Option<Line> {
-        static CACHE: OnceLock<Mutex<HashMap<(String, u64), Option<Line>>>> = OnceLock::new();
+        static CACHE: OnceLock<Mutex<Lines>> = OnceLock::new();
         let key = (self.module.clone(), self.offset);
         let cache = CACHE.get_or_init(Default::default);
         if let Some(l) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
@@ -95,6 +95,9 @@ impl CallSite {
         l
     }
 }
+
+/// Lines looked up so far, by (module path, offset).
+type Lines = HashMap<(String, u64), Option<Line>>;
 
 /// Modules read so far (by path).
 fn modules() -> &'static Modules {
