@@ -33,7 +33,7 @@ pub struct Line {
     pub file: String,
     /// 1-based line.
     pub line: u32,
-    /// The function (DWARF's name; C++ and Rust names as written in the debug info).
+    /// The function (DWARF's name, C++ and Rust names demangled).
     pub function: Option<String>,
 }
 
@@ -162,7 +162,7 @@ impl Module {
                 while let Ok(Some(fr)) = frames.next() {
                     last = fr
                         .function
-                        .and_then(|n| n.raw_name().ok().map(|s| s.into_owned()));
+                        .and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
                 }
                 last
             });
@@ -225,7 +225,7 @@ mod tests {
         let l = s.line().expect("a line");
         assert_eq!((l.file.as_str(), l.line), ("symbolize.rs", probe()));
         let f = l.function.clone().expect("function");
-        assert!(f.contains("probe"), "{f}");
+        assert_eq!(f, "aigpu_tools::umdlog::symbolize::tests::probe");
         assert_eq!(s.line(), Some(l), "cached");
         assert!(
             s.describe()
