@@ -472,6 +472,11 @@ fn leak_with_a_normal_exit() {
 }
 
 #[test]
+fn buffers_live_at_a_normal_exit() {
+    staged(expect_text!("live_at_exit"));
+}
+
+#[test]
 fn out_of_memory_caused_by_another_context() {
     staged(expect_text!("oom"));
 }

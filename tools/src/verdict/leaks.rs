@@ -102,15 +102,22 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
         // A process that ended on an error may leave its objects to the exit; a clean exit
         // with buffers still allocated is a leak.
         if n > 0 && out.is_empty() && how == "exit" && status == 0 {
+            // Where the oldest buffer still live was allocated, when its record names the call.
+            let allocated_at = p
+                .live_at(p.facts.len())
+                .iter()
+                .find_map(|b| CallSite::of(b.4))
+                .map(|s| s.describe());
             out.push(
                 finding(
                     format!(
-                        "pid {} ended ({how}, status {status}) with {n} buffer{} ({}) of context{} {} still allocated",
+                        "pid {} ended ({how}, status {status}) with {n} buffer{} ({}) of context{} {} still allocated{}",
                         pid_s(p),
                         if n == 1 { "" } else { "s" },
                         bytes(b),
                         if ctxs.len() == 1 { "" } else { "s" },
-                        ctxs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                        ctxs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+                        allocated_at.as_ref().map(|a| format!(", the first allocated at {a}")).unwrap_or_default()
                     ),
                     vec![log_ev(r)],
                 )
@@ -119,6 +126,7 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
                     pid: pid64(p),
                     ctx: ctxs.first().copied(),
                     size: Some(b),
+                    allocated_at,
                     fix: "destroy contexts and close devices before exit, or ignore it for a process that ended on an error".into(),
                     ..Facts::default()
                 }),
