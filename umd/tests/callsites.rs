@@ -6,6 +6,8 @@
 
 #[path = "c_util.rs"]
 mod c_util;
+#[path = "log_util.rs"]
+mod log_util;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -30,36 +32,54 @@ fn run(exe: &Path, name: &str) -> (Output, Vec<Value>) {
 
 /// [`run`] with more variables.
 fn run_with(exe: &Path, name: &str, envs: &[(&str, &str)]) -> (Output, Vec<Value>) {
+    let dir = log_dir(name);
+    let o = command(exe, &dir)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run callsites");
+    log_util::assert_ok(&o);
+    (o, records(&dir))
+}
+
+/// A fresh log directory for `name`.
+fn log_dir(name: &str) -> PathBuf {
     let dir = c_util::out_dir().join(format!("{name}-logs"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("log dir");
-    let mut c = Command::new(exe);
+    dir
+}
+
+/// `program` with none of the caller's `UMD_*` variables, on the simulator, logging JSON into
+/// `dir`.
+fn command(program: impl AsRef<std::ffi::OsStr>, dir: &Path) -> Command {
+    let mut c = Command::new(program);
     for (k, _) in std::env::vars() {
         if k.starts_with("UMD_") {
             c.env_remove(k);
         }
     }
-    let o = c
-        .env("UMD_BACKEND", "sim")
-        .env("UMD_LOG_DIR", &dir)
+    c.env("UMD_BACKEND", "sim")
+        .env("UMD_LOG_DIR", dir)
         .env("UMD_LOG_FORMAT", "json")
-        .env("UMD_LOG_SIGNALS", "0")
-        .envs(envs.iter().copied())
-        .output()
-        .expect("run callsites");
-    assert!(
-        o.status.success(),
-        "status {:?}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+        .env("UMD_LOG_SIGNALS", "0");
+    c
+}
+
+/// The JSON records of every log file in `dir`.
+fn records(dir: &Path) -> Vec<Value> {
     let mut recs = Vec::new();
-    for e in std::fs::read_dir(&dir).expect("read log dir").flatten() {
+    for e in std::fs::read_dir(dir).expect("read log dir").flatten() {
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
         recs.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
     }
-    (o, recs)
+    recs
+}
+
+/// The first record with `event=<e>`.
+fn event<'a>(recs: &'a [Value], e: &str) -> &'a Value {
+    recs.iter()
+        .find(|r| r["fields"]["event"] == e)
+        .unwrap_or_else(|| panic!("no {e} record"))
 }
 
 /// The string field `k` of the first record with message `msg` whose field `key` is `val`.
@@ -185,10 +205,7 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
     assert!(short("free", u).starts_with("drop_scratch+0x"));
 
     // The leak: its record and the summary's group name leak_one.
-    let leak = recs
-        .iter()
-        .find(|r| r["fields"]["event"] == "leak")
-        .expect("leak record");
+    let leak = event(&recs, "leak");
     assert_eq!(leak["fields"]["buffer"], l);
     assert_eq!(
         leak["fields"]["caller"],
@@ -198,10 +215,7 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
         leak["fields"]["caller_fn"],
         field(&recs, "alloc", "buffer", l, "caller_fn")
     );
-    let summary = recs
-        .iter()
-        .find(|r| r["fields"]["event"] == "leak_summary")
-        .expect("leak summary");
+    let summary = event(&recs, "leak_summary");
     assert_eq!(
         summary["fields"]["largest"],
         format!("{}: 1 buffers, 12288 bytes", short("alloc", l))
@@ -229,10 +243,7 @@ fn a_stripped_program_gets_module_and_offset() {
     let want = format!(" at {}. Action:", module("free", t));
     assert!(out.contains(&want), "{out}\nwanted {want}");
     let l = buffer_of_size(&recs, 12288);
-    let summary = recs
-        .iter()
-        .find(|r| r["fields"]["event"] == "leak_summary")
-        .expect("leak summary");
+    let summary = event(&recs, "leak_summary");
     assert_eq!(
         summary["fields"]["largest"],
         format!("{}: 1 buffers, 12288 bytes", module("alloc", l))
@@ -255,9 +266,7 @@ fn a_call_from_python_ctypes_names_the_ffi_module() {
         eprintln!("skipped: no python3 with ctypes");
         return;
     };
-    let dir = c_util::out_dir().join("python-logs");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("log dir");
+    let dir = log_dir("python");
     let code = r#"
 import aigpu
 with aigpu.Device(0) as d, d.context() as c:
@@ -269,35 +278,16 @@ with aigpu.Device(0) as d, d.context() as c:
     except aigpu.UmdError as e:
         print("detail", e)
 "#;
-    let mut cmd = Command::new(python);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("UMD_") {
-            cmd.env_remove(k);
-        }
-    }
-    let o = cmd
+    let o = command(python, &dir)
         .arg("-c")
         .arg(code)
         .env("PYTHONPATH", c_util::root().join("python"))
         .env("AIGPU_UMD_LIBRARY", c_util::libumd())
-        .env("UMD_BACKEND", "sim")
-        .env("UMD_LOG_DIR", &dir)
-        .env("UMD_LOG_FORMAT", "json")
-        .env("UMD_LOG_SIGNALS", "0")
         .output()
         .expect("run python");
+    log_util::assert_ok(&o);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "status {:?}\n{out}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let mut recs: Vec<Value> = Vec::new();
-    for e in std::fs::read_dir(&dir).expect("read log dir").flatten() {
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        recs.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
-    }
+    let recs = records(&dir);
     let b = buffer_of_size(&recs, 4096);
     let caller = field(&recs, "alloc", "buffer", b, "caller");
     let (module, off) = caller.rsplit_once("+0x").expect("module+offset");
@@ -328,10 +318,7 @@ fn the_history_backtrace_starts_at_the_same_call() {
     let exe = build("callsites-history", &["-g", "-rdynamic"]);
     let (_, recs) = run_with(&exe, "callsites-history", &[("UMD_POOL_HISTORY", "64")]);
     let l = buffer_of_size(&recs, 12288);
-    let leak = recs
-        .iter()
-        .find(|r| r["fields"]["event"] == "leak")
-        .expect("leak record");
+    let leak = event(&recs, "leak");
     let off = offset(&field(&recs, "alloc", "buffer", l, "caller"), &exe);
     let f = field(&recs, "alloc", "buffer", l, "caller_fn");
     let site = leak["fields"]["site"].as_str().unwrap_or("");
