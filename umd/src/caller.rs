@@ -1,5 +1,6 @@
 //! The application's call site of the C ABI entries that create or destroy a buffer
-//! (`umdMemAlloc`, `umdMemAllocEx`, `umdMemFree`, `umdMemFreeAddress`): the return address of
+//! (`umdMemAlloc`, `umdMemAllocEx`, `umdMemFree`, `umdMemFreeAddress`, and `umdContextDestroy` /
+//! `umdDeviceClose` for the leaked buffers they free): the return address of
 //! the `extern "C"` function's own frame, one load on the caller's thread ([`caller!`]), kept
 //! with the buffer and its ghost, and symbolized only when something is reported: by the log
 //! writer thread when it formats the `caller` field of a record (docs/logging.md, "Call

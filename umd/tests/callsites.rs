@@ -154,6 +154,14 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
     assert_eq!(at("alloc", t), "callsites.c:28");
     assert_eq!(at("free", t), "callsites.c:32");
     assert_eq!(at("alloc", l), "callsites.c:36");
+    // The leaked buffer is freed by the umdContextDestroy call, in main.
+    func("free", l, "main");
+    let destroy = include_str!("../../tests/c/callsites.c")
+        .lines()
+        .position(|l| l.contains("umdContextDestroy(ctx)"))
+        .expect("the destroy line")
+        + 1;
+    assert_eq!(at("free", l), format!("callsites.c:{destroy}"));
 
     // The double free's detail names both calls, as the log records do.
     let short = |msg, b| {
