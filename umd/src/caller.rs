@@ -147,23 +147,31 @@ impl Cache {
         }
     }
 
-    /// `ip` resolved by `resolve` the first time, from the cache after.
+    /// `ip` resolved by `resolve` the first time, from the cache after. The cache is only ever
+    /// tried, never waited for: a lock held by another thread (or by a thread of the parent that
+    /// forked this process, which never lets it go) means resolving uncached instead.
     pub fn get_with(&self, ip: usize, resolve: impl FnOnce(usize) -> Resolved) -> Arc<Resolved> {
-        if let Some(r) = self.lock().get(&ip) {
-            return r.clone();
+        if let Some(m) = self.try_lock() {
+            if let Some(r) = m.get(&ip) {
+                return r.clone();
+            }
         }
         // Resolved outside the lock: dladdr takes the loader's lock.
         let r = Arc::new(resolve(ip));
-        let mut m = self.lock();
-        if m.len() >= CACHE_MAX {
-            m.clear();
+        match self.try_lock() {
+            Some(mut m) => {
+                if m.len() >= CACHE_MAX {
+                    m.clear();
+                }
+                m.entry(ip).or_insert(r).clone()
+            }
+            None => r,
         }
-        m.entry(ip).or_insert(r).clone()
     }
 
     /// Addresses cached.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// True when nothing is cached.
@@ -171,8 +179,12 @@ impl Cache {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Arc<Resolved>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, HashMap<usize, Arc<Resolved>>>> {
+        match self.map.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -312,6 +324,18 @@ mod tests {
             let _ = c.get_with(0x10_0000 + ip, res);
         }
         assert!(c.len() <= CACHE_MAX, "{}", c.len());
+    }
+
+    /// A held lock (another thread, or one a fork left held) is not waited for.
+    #[test]
+    fn a_held_cache_resolves_without_it() {
+        let c = Cache::new();
+        let _ = c.get_with(0x10, |ip| r(ip, Some("/m"), 1, None));
+        let held = c.map.lock().expect("lock");
+        let got = c.get_with(0x20, |ip| r(ip, Some("/n"), 2, None));
+        assert_eq!((got.module.as_deref(), got.offset), (Some("/n"), 2));
+        drop(held);
+        assert_eq!(c.len(), 1, "not cached while held");
     }
 
     #[inline(never)]
