@@ -161,7 +161,7 @@ fn program(name: &str) -> PathBuf {
         return exe;
     }
     let exe = c_util::out_dir().join(format!("staged-{name}"));
-    let o = c_util::compile(&format!("tests/triage/{name}.c"), &exe, &["-std=c11"]);
+    let o = c_util::compile(&format!("tests/triage/{name}.c"), &exe, &["-std=c11", "-g"]);
     assert!(
         o.status.success(),
         "tests/triage/{name}.c does not compile:\n{}",
@@ -477,6 +477,11 @@ fn job_timeout_set_too_short_is_configuration() {
 #[test]
 fn leak_with_a_normal_exit() {
     staged(expect_text!("leak"));
+}
+
+#[test]
+fn buffers_live_at_a_normal_exit() {
+    staged(expect_text!("live_at_exit"));
 }
 
 #[test]

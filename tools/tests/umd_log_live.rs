@@ -213,6 +213,17 @@ fn umd_log_reads_what_libumd_wrote() {
         a_block.contains(&"    libumd reported it: leak: buffer still allocated at umdContextDestroy; freeing it"),
         "{leaks}"
     );
+    // Each names the child's umdMemAlloc call: file:line from this test binary's DWARF, the
+    // function demangled (docs/tools.md, "Call sites in the findings").
+    let line = include_str!("umd_log_live.rs")
+        .lines()
+        .position(|l| l.contains("\"alloc a\");"))
+        .expect("the alloc line")
+        + 1;
+    let site =
+        format!("    call site: umd_log_live.rs:{line} in umd_log_live::child (umd_log_live-");
+    let sites = a_block.iter().filter(|l| l.starts_with(&site)).count();
+    assert_eq!(sites, 2, "{site:?} twice in\n{leaks}");
     let j: serde_json::Value =
         serde_json::from_str(&run(bin, &["-d", d, "--json", "leaks"])).expect("leaks json");
     let sizes: Vec<u64> = j["leaks"]

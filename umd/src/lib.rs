@@ -7,6 +7,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod caller;
 pub mod cmdbuf;
 pub mod context;
 pub mod device;

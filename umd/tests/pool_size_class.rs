@@ -70,7 +70,7 @@ proptest! {
         let mut live: Vec<Buffer> = Vec::new();
         for (i, (size, align_log, keep)) in reqs.into_iter().enumerate() {
             let align = 1u64 << align_log;
-            let b = Buffer::alloc_ex(&ctx, &AllocRequest { size, align, flags: 0, tag: None }).unwrap();
+            let b = Buffer::alloc_ex(&ctx, &AllocRequest { size, align, ..Default::default() }).unwrap();
             prop_assert_eq!(b.va % align, 0, "request {} ({} bytes aligned {})", i, size, align);
             prop_assert!(b.va >= dev.info.va_start && b.va + b.alloc_size <= dev.info.va_end);
             prop_assert!(b.alloc_size >= size);

@@ -187,9 +187,11 @@ pub fn leaks(set: &LogSet) -> LeakReport {
         let key = (r.pid, buf);
         if r.msg == "alloc" {
             rep.allocs += 1;
-            let site = r
-                .field_str("site")
-                .or_else(|| r.field_str("caller"))
+            // The application's call (file:line from its DWARF when the module has it), else
+            // the history's backtrace.
+            let site = super::symbolize::CallSite::of(r)
+                .map(|c| c.describe())
+                .or_else(|| r.field_str("site"))
                 .filter(|s| !s.is_empty() && !s.starts_with('-'));
             live.insert(
                 key,

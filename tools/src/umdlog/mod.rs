@@ -17,6 +17,7 @@
 
 pub mod analyze;
 pub mod facts;
+pub mod symbolize;
 
 use crate::host::Notes;
 use crate::kv;

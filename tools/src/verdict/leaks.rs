@@ -4,6 +4,7 @@
 use super::process::pid_s;
 use super::{finding, log_ev, pid64, Facts, Finding};
 use crate::umdlog::facts::{Fact, Process};
+use crate::umdlog::symbolize::CallSite;
 use crate::util::bytes;
 
 pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
@@ -60,6 +61,11 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
             .filter(|t| !t.is_empty() && *t != "-")
             .collect();
         tags.dedup();
+        // Where the first listed leak was allocated, when its record names the call.
+        let allocated_at = listed
+            .first()
+            .and_then(|l| CallSite::of(l.3))
+            .map(|s| s.describe());
         let mut e = vec![log_ev(r)];
         e.extend(listed.iter().take(2).map(|l| log_ev(l.3)));
         if let Some(x) = &exit {
@@ -68,12 +74,13 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
         out.push(
             finding(
                 format!(
-                    "leak: {} (pid {}) still had {buffers} buffer{} ({}{}) allocated when it was {}{ended}",
+                    "leak: {} (pid {}) still had {buffers} buffer{} ({}{}{}) allocated when it was {}{ended}",
                     if *ctx == 0 { "a device".to_string() } else { format!("context {ctx}") },
                     pid_s(p),
                     if *buffers == 1 { "" } else { "s" },
                     bytes(*total),
                     if tags.is_empty() { String::new() } else { format!(", tag {}", tags.join(", ")) },
+                    allocated_at.as_ref().map(|a| format!(", the first allocated at {a}")).unwrap_or_default(),
                     if *ctx == 0 { "closed" } else { "destroyed" }
                 ),
                 e,
@@ -84,6 +91,7 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
                 ctx: (*ctx != 0).then_some(*ctx),
                 size: Some(*total),
                 buffer: listed.first().map(|l| l.0),
+                allocated_at,
                 fix: "free every buffer when its work is done (umd-log leaks pairs each alloc with its free; UMD_POOL_HISTORY=N records the call sites)".into(),
                 ..Facts::default()
             }),
@@ -94,15 +102,22 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
         // A process that ended on an error may leave its objects to the exit; a clean exit
         // with buffers still allocated is a leak.
         if n > 0 && out.is_empty() && how == "exit" && status == 0 {
+            // Where the oldest buffer still live was allocated, when its record names the call.
+            let allocated_at = p
+                .live_at(p.facts.len())
+                .iter()
+                .find_map(|b| CallSite::of(b.4))
+                .map(|s| s.describe());
             out.push(
                 finding(
                     format!(
-                        "pid {} ended ({how}, status {status}) with {n} buffer{} ({}) of context{} {} still allocated",
+                        "pid {} ended ({how}, status {status}) with {n} buffer{} ({}) of context{} {} still allocated{}",
                         pid_s(p),
                         if n == 1 { "" } else { "s" },
                         bytes(b),
                         if ctxs.len() == 1 { "" } else { "s" },
-                        ctxs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                        ctxs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+                        allocated_at.as_ref().map(|a| format!(", the first allocated at {a}")).unwrap_or_default()
                     ),
                     vec![log_ev(r)],
                 )
@@ -111,6 +126,7 @@ pub(super) fn leaks(p: &Process<'_>) -> Vec<Finding> {
                     pid: pid64(p),
                     ctx: ctxs.first().copied(),
                     size: Some(b),
+                    allocated_at,
                     fix: "destroy contexts and close devices before exit, or ignore it for a process that ended on an error".into(),
                     ..Facts::default()
                 }),

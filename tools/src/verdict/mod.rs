@@ -110,6 +110,11 @@ pub struct Facts {
     pub timeout_source: Option<String>,
     /// The run times of the context's last completed jobs, ms, oldest first.
     pub recent_ms: Option<Vec<u64>>,
+    /// The application's call that allocated the buffer concerned
+    /// ([`crate::umdlog::symbolize::CallSite::describe`]).
+    pub allocated_at: Option<String>,
+    /// The application's call that freed it.
+    pub freed_at: Option<String>,
     /// What to do.
     pub fix: String,
 }

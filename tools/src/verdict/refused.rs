@@ -5,6 +5,7 @@
 use super::process::{innocent, innocent_text, nearest, pid_s};
 use super::{finding, hex, log_ev, pid64, Facts, Finding};
 use crate::umdlog::facts::{Fact, Process};
+use crate::umdlog::symbolize::CallSite;
 use crate::util::bytes;
 
 pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
@@ -26,6 +27,12 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
             "UMD_ERR_MEM_USE_AFTER_FREE" => {
                 let fr = p.freed_at(i, va);
                 let mut e = vec![log_ev(r)];
+                // The application's calls when the records carry them, else the records.
+                let sites = fr.as_ref().map(|fr| {
+                    let at = |r: &crate::umdlog::Rec| CallSite::of(r).map(|s| s.describe());
+                    (at(fr.4), at(fr.5))
+                });
+                let (allocated_at, freed_at) = sites.clone().unwrap_or_default();
                 let what = match &fr {
                     Some(fr) => {
                         e.push(log_ev(fr.4));
@@ -36,8 +43,8 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
                             bytes(fr.2),
                             hex(fr.3),
                             fr.0,
-                            fr.4.src,
-                            fr.5.src
+                            allocated_at.clone().unwrap_or_else(|| fr.4.src.to_string()),
+                            freed_at.clone().unwrap_or_else(|| fr.5.src.to_string())
                         )
                     }
                     None => "memory freed before the call".into(),
@@ -59,6 +66,8 @@ pub(super) fn refused_calls(p: &Process<'_>) -> Vec<Finding> {
                         va: Some(va),
                         size: fr.as_ref().map(|f| f.2),
                         buffer: fr.as_ref().map(|f| f.1),
+                        allocated_at,
+                        freed_at,
                         fix: "free a buffer only after the last submit that uses it: a command buffer that records it may be replayed until it is destroyed".into(),
                         ..Facts::default()
                     }),

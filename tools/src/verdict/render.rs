@@ -125,6 +125,8 @@ pub fn facts_json(f: &Facts) -> serde_json::Map<String, Value> {
     put("timeout_ms", f.timeout_ms.map(Value::from));
     put("timeout_source", f.timeout_source.clone().map(Value::from));
     put("recent_ms", f.recent_ms.clone().map(Value::from));
+    put("allocated_at", f.allocated_at.clone().map(Value::from));
+    put("freed_at", f.freed_at.clone().map(Value::from));
     if !f.innocent.is_empty() {
         put(
             "innocent",

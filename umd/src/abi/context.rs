@@ -38,6 +38,7 @@ pub extern "C" fn umdContextCreate(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
+    let caller = crate::caller!();
     guard_on("umdContextDestroy", On::Context(context), || {
         let ctx = CONTEXTS.get(context)?;
         let r = ctx.close(crate::context::ClosedBy::ContextDestroy);
@@ -47,10 +48,11 @@ pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
                 let _ = CMDBUFS.remove(h);
             }
         }
-        // Leak report (bounded: memory/leaks.rs); the buffers are freed.
+        // Leak report (bounded: memory/leaks.rs); the buffers are freed, by this call.
         let mut leaked = Vec::new();
         for (h, b) in BUFFERS.live() {
             if b.ctx_id == ctx.id && BUFFERS.remove(h).is_ok() {
+                b.set_free_caller(caller);
                 leaked.push(b);
             }
         }

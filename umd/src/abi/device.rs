@@ -47,6 +47,7 @@ pub extern "C" fn umdDeviceOpen(index: u32, device: *mut umdDevice) -> umdResult
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
+    let caller = crate::caller!();
     guard("umdDeviceClose", || {
         let dev = DEVICES.get(device)?;
         for (h, cb) in CMDBUFS.live() {
@@ -64,6 +65,7 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
         let mut leaked = Vec::new();
         for (h, b) in BUFFERS.live() {
             if Arc::ptr_eq(&b.device, &dev) && BUFFERS.remove(h).is_ok() {
+                b.set_free_caller(caller);
                 leaked.push(b);
             }
         }

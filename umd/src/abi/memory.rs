@@ -180,13 +180,20 @@ pub extern "C" fn umdMemAlloc(
     flags: u32,
     buffer: *mut umdBuffer,
 ) -> umdResult {
+    let caller = crate::caller!();
     guard_on("umdMemAlloc", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
         let ctx = CONTEXTS.get(context)?;
+        let req = crate::memory::AllocRequest {
+            size,
+            flags,
+            caller,
+            ..Default::default()
+        };
         let b = Arc::new(said_oom(
             &ctx,
             size,
-            crate::memory::Buffer::alloc(&ctx, size, flags),
+            crate::memory::Buffer::alloc_ex(&ctx, &req),
         )?);
         let h = BUFFERS.insert(b.clone());
         b.set_handle(h);
@@ -203,6 +210,7 @@ pub extern "C" fn umdMemAllocEx(
     info: *const umdMemAllocInfo,
     buffer: *mut umdBuffer,
 ) -> umdResult {
+    let caller = crate::caller!();
     guard_on("umdMemAllocEx", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
         let i = inp(info, "info")?;
@@ -223,6 +231,7 @@ pub extern "C" fn umdMemAllocEx(
             align: i.alignment,
             flags: i.flags,
             tag: tag.as_deref(),
+            caller,
         };
         let b = Arc::new(said_oom(
             &ctx,
@@ -279,6 +288,7 @@ fn said_oom<T>(
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemFreeAddress(context: umdContext, address: umdDevicePtr) -> umdResult {
+    let caller = crate::caller!();
     guard_on("umdMemFreeAddress", On::Context(context), || {
         let ctx = CONTEXTS.get(context)?;
         let e = |code, msg: String| Err(UmdError::new(code, msg).ctx(ctx.id).fault_va(address));
@@ -296,7 +306,8 @@ pub extern "C" fn umdMemFreeAddress(context: umdContext, address: umdDevicePtr) 
                 }
                 match BUFFERS.get(handle) {
                     Ok(b) if b.id == buffer => {
-                        BUFFERS.remove(handle)?;
+                        drop(b);
+                        BUFFERS.remove(handle)?.set_free_caller(caller);
                         Ok(umdResult::UMD_SUCCESS)
                     }
                     _ => e(
@@ -335,8 +346,9 @@ pub extern "C" fn umdMemFreeAddress(context: umdContext, address: umdDevicePtr) 
 #[no_mangle]
 #[must_use]
 pub extern "C" fn umdMemFree(buffer: umdBuffer) -> umdResult {
+    let caller = crate::caller!();
     guard_on("umdMemFree", On::Buffer(buffer), || {
-        BUFFERS.remove(buffer)?;
+        BUFFERS.remove(buffer)?.set_free_caller(caller);
         Ok(umdResult::UMD_SUCCESS)
     })
 }

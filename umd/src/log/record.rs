@@ -16,6 +16,13 @@ pub(crate) const MAX_FIELDS: usize = 16;
 /// The field whose integer value is a GPU address, written as `0x...` in text and JSON.
 pub const ADDRESS_FIELD: &str = "va";
 
+/// The field whose integer value is an application's return address (src/caller.rs): written
+/// as `caller=<module path>+0x<offset>` followed by `caller_fn=<symbol>+0x<offset>`, symbolized
+/// when the record is formatted (docs/logging.md, "Call sites").
+pub const CALLER_FIELD: &str = "caller";
+/// The field written after [`CALLER_FIELD`]: the exported function covering the address.
+pub const CALLER_FN_FIELD: &str = "caller_fn";
+
 /// A field value as captured. Strings live in the record's text buffer (`Str(start, end)`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Val {
@@ -218,15 +225,33 @@ impl<const N: usize> Record<N> {
                         self.text.push(super::format::hex(&mut [0u8; 18], a));
                         Val::Str(start, self.text.len())
                     }
+                    (CALLER_FIELD, Val::U64(a)) => {
+                        let r = crate::caller::Caller(a as usize).resolve();
+                        let v = self.text_val(&r.field());
+                        self.push_field(name, v);
+                        let f = self.text_val(&r.function_field());
+                        self.push_field(CALLER_FN_FIELD, f);
+                        return;
+                    }
                     _ => v,
                 };
-                if (self.nfields as usize) < MAX_FIELDS {
-                    self.fields[self.nfields as usize] = (name, v);
-                    self.nfields += 1;
-                } else {
-                    self.extra_fields = self.extra_fields.saturating_add(1);
-                }
+                self.push_field(name, v);
             }
+        }
+    }
+
+    fn text_val(&mut self, s: &str) -> Val {
+        let start = self.text.len();
+        self.text.push(s);
+        Val::Str(start, self.text.len())
+    }
+
+    fn push_field(&mut self, name: &'static str, v: Val) {
+        if (self.nfields as usize) < MAX_FIELDS {
+            self.fields[self.nfields as usize] = (name, v);
+            self.nfields += 1;
+        } else {
+            self.extra_fields = self.extra_fields.saturating_add(1);
         }
     }
 }

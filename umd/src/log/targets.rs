@@ -30,6 +30,7 @@ pub const MODULES: &[&str] = &[
     "umd::backend::sim::recovery",
     "umd::backend::sim::sleep",
     "umd::backend::sim::vm",
+    "umd::caller",
     "umd::cmdbuf",
     "umd::context",
     "umd::device",

@@ -10,13 +10,14 @@ pub mod leaks;
 pub mod pool;
 pub mod va;
 
+use crate::caller::{Caller, Callers};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{umdResult, UmdError, UmdResult};
 use pool::history::Site;
 use pool::size_class::{PoolKind, MIN_BLOCK};
 use pool::{FreeNote, Grant, Pool, Request};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub struct AllocRequest<'a> {
     pub flags: u32,
     /// A label for leak reports, the history and the log.
     pub tag: Option<&'a str>,
+    /// The application's call (the C ABI entry's return address; 0 for libumd's own).
+    pub caller: Caller,
 }
 
 /// One device buffer.
@@ -79,6 +82,10 @@ pub struct Buffer {
     pub kind: PoolKind,
     /// Served from cached memory.
     pub hit: bool,
+    /// The application's allocating call (0: libumd's own buffer).
+    pub caller: Caller,
+    /// The application's freeing call, set by the C ABI just before the last reference goes.
+    free_caller: AtomicUsize,
     pool: Arc<Pool>,
     grant: Grant,
     host: AtomicPtr<u8>,
@@ -166,6 +173,7 @@ impl Buffer {
             pool = g.kind.name(),
             hit = g.hit,
             tag = tag.as_deref().unwrap_or(""),
+            caller = r.caller.0 as u64,
             "alloc"
         );
         Ok(Buffer {
@@ -180,11 +188,18 @@ impl Buffer {
             site,
             kind: g.kind,
             hit: g.hit,
+            caller: r.caller,
+            free_caller: AtomicUsize::new(0),
             pool: ctx.pool.clone(),
             grant: g,
             host: AtomicPtr::new(std::ptr::null_mut()),
             map_count: AtomicU32::new(0),
         })
+    }
+
+    /// Records the application's freeing call (the C ABI, before it drops its reference).
+    pub fn set_free_caller(&self, c: Caller) {
+        self.free_caller.store(c.0, Ordering::Relaxed);
     }
 
     /// The pool block (submit: the command buffer's own packets).
@@ -295,12 +310,17 @@ impl Drop for Buffer {
             .pool
             .history_on()
             .then(|| Arc::new(Site::capture(std::panic::Location::caller())));
+        let free = Caller(self.free_caller.load(Ordering::Relaxed));
         self.pool.free(
             &self.device,
             &self.grant,
             FreeNote {
                 at_ns: pool::coarse_now_ns(),
                 site,
+                callers: Callers {
+                    alloc: self.caller,
+                    free,
+                },
             },
         );
         tracing::info!(
@@ -308,6 +328,7 @@ impl Drop for Buffer {
             buffer = self.id,
             size = self.size,
             va = self.va,
+            caller = free.0 as u64,
             "free"
         );
     }

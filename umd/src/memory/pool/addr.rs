@@ -79,6 +79,7 @@ impl Inner {
             seq: 0,
             at_ns: s.at_ns,
             site: None,
+            callers: s.callers,
         };
         (v, Some(ghost))
     }

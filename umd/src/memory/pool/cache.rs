@@ -42,6 +42,7 @@ use super::block::NIL;
 use super::size_class::{class_floor, pool_for, PoolKind, MIN_BLOCK};
 use super::stats::CtxStats;
 use super::{Grant, Request, Timeline};
+use crate::caller::Callers;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -307,6 +308,8 @@ pub(crate) struct Slot {
     pub handle: u64,
     /// When it was freed (0: unknown).
     pub at_ns: u64,
+    /// The application's calls that allocated and freed its last buffer.
+    pub callers: Callers,
     /// Submits checking it.
     pub pins: u32,
     /// (account, seqno, timeline) of the last job of each context that used it.
@@ -336,6 +339,7 @@ impl Slot {
             frees: [0; 2],
             handle: 0,
             at_ns: 0,
+            callers: Callers::default(),
             pins: 0,
             uses: Vec::new(),
         }
@@ -586,7 +590,13 @@ impl CacheData {
     /// The free path: keeps the block of `g` if it is live here with its token, idle (no pin,
     /// every fence signalled, or the device lost) and within the cache's bounds.
     #[inline(always)]
-    pub(crate) fn free(&mut self, g: &Grant, at_ns: u64, lost: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn free(
+        &mut self,
+        g: &Grant,
+        at_ns: u64,
+        callers: Callers,
+        lost: impl FnOnce() -> bool,
+    ) -> bool {
         let Some(s) = self.slots.get_mut(g.slot as usize) else {
             return false;
         };
@@ -602,6 +612,7 @@ impl CacheData {
         l.head = g.slot;
         s.live = false;
         s.at_ns = at_ns;
+        s.callers = callers;
         s.frees[0] += 1;
         s.frees[1] += r;
         if !s.uses.is_empty() {
@@ -621,6 +632,7 @@ impl CacheData {
         buffer: u64,
         requested: u64,
         at_ns: u64,
+        callers: Callers,
     ) -> Option<u32> {
         let size = g.size;
         if self.held.0 >= MAX_BLOCKS || self.held.1 + size > MAX_BYTES {
@@ -672,6 +684,7 @@ impl CacheData {
             requested,
             limit: requested,
             at_ns,
+            callers,
             ..Slot::empty()
         };
         l.head = i;
@@ -741,6 +754,7 @@ impl CacheData {
                     requested: s.requested,
                     buffer: s.buffer,
                     at_ns: s.at_ns,
+                    callers: s.callers,
                     hit: s.hit_since_delegated(),
                 });
                 let next = s.next;
@@ -773,6 +787,7 @@ pub(crate) struct Parked {
     pub requested: u64,
     pub buffer: u64,
     pub at_ns: u64,
+    pub callers: Callers,
     /// A hit took it since the pool delegated it (else the pool's free left its ghost).
     pub hit: bool,
 }

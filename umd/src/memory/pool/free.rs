@@ -10,7 +10,9 @@ impl Pool {
     pub fn free(&self, dev: &Device, grant: &Grant, note: FreeNote) {
         if let (Some(c), true) = (self.caches.get(grant.acct as usize), grant.slot != NIL) {
             // The hit path's other half: back into the context's cache when idle.
-            if c.lock().free(grant, note.at_ns, || dev.is_lost()) {
+            if c.lock()
+                .free(grant, note.at_ns, note.callers, || dev.is_lost())
+            {
                 if c.parked.load(Ordering::Relaxed) == 0 {
                     c.parked.store(1, Ordering::Relaxed);
                 }
@@ -75,7 +77,7 @@ impl Inner {
         let deferred = !self.reusable(id, lost);
         // Per-context accounting; a block reusable at once may go to the context's cache.
         let delegated = match self.caches.get(acct as usize) {
-            Some(_) => self.account_free(id, acct, ctx_id, !deferred, note.at_ns),
+            Some(_) => self.account_free(id, acct, ctx_id, !deferred, note.at_ns, note.callers),
             None => {
                 if let Some(a) = self.accounts.get_mut(acct as usize) {
                     if a.ctx_id == ctx_id {
@@ -110,6 +112,7 @@ impl Inner {
             seq: self.seq,
             at_ns: note.at_ns,
             site: note.site,
+            callers: note.callers,
         };
         self.remember(g);
         if deferred {
@@ -136,6 +139,7 @@ impl Inner {
         ctx_id: u64,
         reusable: bool,
         at_ns: u64,
+        callers: Callers,
     ) -> bool {
         let b = &self.blocks[id as usize];
         let seg = &self.segs[b.seg as usize];
@@ -162,7 +166,7 @@ impl Inner {
             if !reusable || !d.active || !d.asked_lately(g.size) {
                 return false;
             }
-            let Some(slot) = d.insert(g, ro, buffer, requested, at_ns) else {
+            let Some(slot) = d.insert(g, ro, buffer, requested, at_ns, callers) else {
                 return false;
             };
             let st = &mut d.stats;

@@ -2,15 +2,16 @@
 //!
 //! A [`Site`] is where an allocation or free came from: the Rust caller's `file:line` (free to
 //! record) and, when the history is on, up to [`SITE_FRAMES`] return addresses outside libumd
-//! taken with glibc's `backtrace(3)` and resolved with `dladdr(3)` only when printed — for a C
-//! program, `abi_test+0x2a3c` (feed it to `addr2line -e abi_test`) or `main+0x1f` when the
-//! program exports its symbols.
+//! taken with glibc's `backtrace(3)` and resolved when printed (`crate::caller`: `dladdr(3)`,
+//! cached) — for a C program, `abi_test+0x2a3c` (feed it to `addr2line -e abi_test`) or
+//! `main+0x1f (abi_test+0x2a3c)` when the program exports its symbols.
 //!
 //! The ring keeps the last N events (alloc, reuse, free, deferred free, segment create and
 //! release, out of memory); [`History::json_lines`] prints them one JSON object per line.
 
+use crate::caller::Caller;
 use std::collections::VecDeque;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::fmt::Write as _;
 use std::panic::Location;
 use std::sync::{Arc, OnceLock};
@@ -27,37 +28,16 @@ pub struct Site {
     n: usize,
 }
 
-fn own_base() -> usize {
-    static BASE: OnceLock<usize> = OnceLock::new();
-    *BASE.get_or_init(|| module_of(own_base as *const () as usize).map_or(0, |(b, _, _)| b))
-}
-
-/// (base, symbol start, "module" or "symbol") of the object containing `ip`.
-fn module_of(ip: usize) -> Option<(usize, usize, String)> {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only reads the loader's tables and writes `info`; any address is allowed.
-    if unsafe { libc::dladdr(ip as *const c_void, &mut info) } == 0 {
-        return None;
-    }
-    let name = |p: *const libc::c_char| {
-        // SAFETY: dladdr returns NUL-terminated strings owned by the loader (or NULL, checked).
-        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    };
-    let file = name(info.dli_fname).unwrap_or_default();
-    let file = file.rsplit('/').next().unwrap_or("").to_string();
-    match name(info.dli_sname) {
-        Some(sym) if !info.dli_saddr.is_null() => Some((
-            info.dli_fbase as usize,
-            info.dli_saddr as usize,
-            format!("{sym} ({file})"),
-        )),
-        _ => Some((info.dli_fbase as usize, info.dli_fbase as usize, file)),
-    }
+/// The path of libumd's own module.
+fn own_module() -> Option<&'static str> {
+    static OWN: OnceLock<Option<String>> = OnceLock::new();
+    OWN.get_or_init(|| {
+        Caller(own_module as *const () as usize)
+            .resolve()
+            .module
+            .clone()
+    })
+    .as_deref()
 }
 
 impl Site {
@@ -76,7 +56,7 @@ impl Site {
         let mut buf = [std::ptr::null_mut::<c_void>(); 32];
         // SAFETY: buf has room for 32 entries and backtrace writes at most that many.
         let got = unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) };
-        let own = own_base();
+        let own = own_module();
         let mut s = Site::here(rust);
         let mut left_libumd = false;
         for &ip in buf.iter().take(got.max(0) as usize) {
@@ -84,53 +64,35 @@ impl Site {
             if s.n == SITE_FRAMES {
                 break;
             }
-            match module_of(ip) {
-                Some((base, _, _)) if base == own && !left_libumd => continue,
-                Some((_, _, name)) => {
-                    // The first frame outside libumd is its caller; when that is the C
-                    // library's thread start, libumd is linked into the caller's own object
-                    // (a Rust program) and only the Rust location says where.
-                    if !left_libumd && (name.starts_with("libc.so") || name.contains("(libc.so")) {
-                        break;
-                    }
-                    left_libumd = true;
-                    s.frames[s.n] = ip;
-                    s.n += 1;
-                }
-                None => {}
+            let r = Caller(ip).resolve();
+            let Some(module) = r.module.as_deref() else {
+                continue;
+            };
+            if Some(module) == own && !left_libumd {
+                continue;
             }
+            // The first frame outside libumd is its caller; when that is the C library's thread
+            // start, libumd is linked into the caller's own object (a Rust program) and only the
+            // Rust location says where.
+            let file = module.rsplit('/').next().unwrap_or(module);
+            if !left_libumd && file.starts_with("libc.so") {
+                break;
+            }
+            left_libumd = true;
+            s.frames[s.n] = ip;
+            s.n += 1;
         }
         s
     }
 
-    /// "abi_test+0x2a3c <- abi_test+0x2b10 (via umd/src/abi/memory.rs:25)".
+    /// "abi_test+0x2a3c <- main+0x1f (abi_test+0x2b10) (via umd/src/abi/memory.rs:25)".
     pub fn describe(&self) -> String {
         let mut out = String::new();
         for (i, &ip) in self.frames[..self.n].iter().enumerate() {
             if i > 0 {
                 out.push_str(" <- ");
             }
-            match module_of(ip) {
-                Some((base, sym, name)) => {
-                    let off = ip - if sym != base { sym } else { base };
-                    if sym != base {
-                        // "main (abi_test)" -> "main+0x1f (abi_test)"
-                        match name.split_once(' ') {
-                            Some((s, f)) => {
-                                let _ = write!(out, "{s}+{off:#x} {f}");
-                            }
-                            None => {
-                                let _ = write!(out, "{name}+{off:#x}");
-                            }
-                        }
-                    } else {
-                        let _ = write!(out, "{name}+{off:#x}");
-                    }
-                }
-                None => {
-                    let _ = write!(out, "{ip:#x}");
-                }
-            }
+            out.push_str(&Caller(ip).resolve().describe());
         }
         if self.n == 0 {
             let _ = write!(out, "{}:{}", self.rust.file(), self.rust.line());

@@ -30,6 +30,7 @@ pub mod stats;
 mod validate;
 
 use crate::backend::KmdError;
+use crate::caller::Callers;
 use crate::device::Device;
 use crate::errmap::Op;
 use crate::error::{umdResult, UmdError, UmdResult};
@@ -135,6 +136,8 @@ pub struct FreeNote {
     pub at_ns: u64,
     /// Call site (history on).
     pub site: Option<Arc<Site>>,
+    /// The application's allocating and freeing calls.
+    pub callers: Callers,
 }
 
 /// A freed buffer, remembered for reports.
@@ -156,10 +159,14 @@ pub struct Ghost {
     pub at_ns: u64,
     /// Where (history on).
     pub site: Option<Arc<Site>>,
+    /// The application's allocating and freeing calls.
+    pub callers: Callers,
 }
 
 impl Ghost {
-    /// "buffer 12 (512 bytes at VA 0x200000, context 3), freed 4 ms ago at <site>".
+    /// "buffer 12 (512 bytes at VA 0x200000, allocated on context 3 at main+0x1f (app+0x1234)),
+    /// freed 4 ms ago at <site>": the application's calls (symbolized here, on the error path)
+    /// when known, the history's site when on.
     pub fn describe(&self) -> String {
         // seq 0: freed in a context cache, which does not number events (the history is off).
         let ms = coarse_now_ns().saturating_sub(self.at_ns) as f64 / 1e6;
@@ -169,12 +176,17 @@ impl Ghost {
             (0, seq) => format!("at pool event #{seq}"),
             (_, seq) => format!("{ms:.1} ms ago (pool event #{seq})"),
         };
-        let site = match &self.site {
-            Some(s) => format!(" at {}", s.describe()),
-            None => " (set UMD_POOL_HISTORY=N to record where)".into(),
+        let site = match (&self.site, self.callers.free.describe()) {
+            (Some(s), _) => format!(" at {}", s.describe()),
+            (None, Some(c)) => format!(" at {c}"),
+            (None, None) => " (set UMD_POOL_HISTORY=N to record where)".into(),
+        };
+        let born = match self.callers.alloc.describe() {
+            Some(c) => format!(" at {c}"),
+            None => String::new(),
         };
         format!(
-            "buffer {} ({} bytes at VA {:#x}, allocated on context {}), freed {when}{site}",
+            "buffer {} ({} bytes at VA {:#x}, allocated on context {}{born}), freed {when}{site}",
             self.buffer, self.requested, self.va, self.ctx_id
         )
     }
@@ -698,6 +710,7 @@ impl Inner {
                     seq: 0,
                     at_ns: p.at_ns,
                     site: None,
+                    callers: p.callers,
                 });
             }
             self.make_free(None, p.block);
