@@ -929,7 +929,9 @@ static void do_submit(void)
 		}
 	} else if (want == 0 && !S.shared && r &&
 		   !(r == -ECANCELED && s.reason == AIGPU_REASON_CTX_BANNED) &&
-		   !(r == -ECANCELED && s.reason == AIGPU_REASON_DEP_FAILED && s.num_in_fences) &&
+		   /* DEP_FAILED: an in-fence's producer failed, or this context was banned
+		    * for that earlier (every later SUBMIT on it says so, docs/kmd.md). */
+		   !(r == -ECANCELED && s.reason == AIGPU_REASON_DEP_FAILED) &&
 		   !(r == -EAGAIN && (s.reason == AIGPU_REASON_RING_FULL || s.reason == AIGPU_REASON_AS_SLOTS_BUSY)) &&
 		   !(r == -EINTR && s.reason == AIGPU_REASON_INTERRUPTED)) {
 		finding("SUBMIT of a well-formed job: rc=%d reason=%u bad=%u@%llu", r, s.reason, s.bad_index,
