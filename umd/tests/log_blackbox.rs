@@ -180,6 +180,20 @@ fn device_lost_writes_the_black_box_and_names_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Opens device 0 and a context with a 4 KiB and an 8 KiB buffer: (device, context, buffers).
+fn device_context_two_buffers() -> (u64, u64, u64, u64) {
+    use umd::abi::{context::*, device::*, memory::*, types::*};
+    let (mut dev, mut ctx, mut b1, mut b2) = (0u64, 0u64, 0u64, 0u64);
+    assert_eq!(umdDeviceOpen(0, &mut dev), umdResult::UMD_SUCCESS);
+    assert_eq!(
+        umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
+        umdResult::UMD_SUCCESS
+    );
+    assert_eq!(umdMemAlloc(ctx, 4096, 0, &mut b1), umdResult::UMD_SUCCESS);
+    assert_eq!(umdMemAlloc(ctx, 8192, 0, &mut b2), umdResult::UMD_SUCCESS);
+    (dev, ctx, b1, b2)
+}
+
 fn fatal_child(how: &str) {
     // No core file in the test's directory, whatever the machine's limit.
     let none = libc::rlimit {
@@ -191,15 +205,7 @@ fn fatal_child(how: &str) {
     umd::log::ensure_init();
     if how == "segv" {
         // Live at the crash: one device, one context, two buffers (the exit record counts them).
-        use umd::abi::{context::*, device::*, memory::*, types::*};
-        let (mut dev, mut ctx, mut b1, mut b2) = (0u64, 0u64, 0u64, 0u64);
-        assert_eq!(umdDeviceOpen(0, &mut dev), umdResult::UMD_SUCCESS);
-        assert_eq!(
-            umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
-            umdResult::UMD_SUCCESS
-        );
-        assert_eq!(umdMemAlloc(ctx, 4096, 0, &mut b1), umdResult::UMD_SUCCESS);
-        assert_eq!(umdMemAlloc(ctx, 8192, 0, &mut b2), umdResult::UMD_SUCCESS);
+        let _live = device_context_two_buffers();
     }
     tracing::warn!(ctx = 1u64, "last words 1");
     tracing::error!(ctx = 1u64, code = "UMD_ERR_INTERNAL", "last words 2");
@@ -317,15 +323,8 @@ fn sigabrt_dumps_the_ring() {
 /// SIGSEGV, 3 otherwise (a hang ends in SIGALRM after 20 s).
 fn fork_then_crash() {
     umd::log::ensure_init();
-    use umd::abi::{context::*, device::*, memory::*, types::*};
-    let (mut dev, mut ctx, mut b1, mut b2) = (0u64, 0u64, 0u64, 0u64);
-    assert_eq!(umdDeviceOpen(0, &mut dev), umdResult::UMD_SUCCESS);
-    assert_eq!(
-        umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx),
-        umdResult::UMD_SUCCESS
-    );
-    assert_eq!(umdMemAlloc(ctx, 4096, 0, &mut b1), umdResult::UMD_SUCCESS);
-    assert_eq!(umdMemAlloc(ctx, 8192, 0, &mut b2), umdResult::UMD_SUCCESS);
+    use umd::abi::{context::*, device::*, memory::*};
+    let (dev, ctx, b1, b2) = device_context_two_buffers();
     tracing::warn!(ctx = 1u64, "parent words before the fork");
     // SAFETY: fork in a test process; the child only logs, crashes, or is killed by the alarm.
     let pid = unsafe { libc::fork() };
