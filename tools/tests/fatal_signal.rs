@@ -23,25 +23,7 @@ fn a_crash_is_named_with_its_signal_and_what_was_live() {
     let dir = common::scratch("fatal-signal");
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).expect("log dir");
-    let mut c = Command::new(&exe);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("UMD_") {
-            c.env_remove(k);
-        }
-    }
-    // No core file in the scratch directory, whatever the machine's limit.
-    // SAFETY: plain setrlimit in the child before exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        c.pre_exec(|| {
-            let none = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &none);
-            Ok(())
-        });
-    }
+    let mut c = crash_command(&exe);
     let out = c
         .env("UMD_BACKEND", "sim")
         .env("UMD_LOG_DIR", &logs)
@@ -140,24 +122,7 @@ fn a_crash_with_a_closed_stderr_pipe_still_dies_of_its_signal() {
         libc::close(fds[0]);
         std::process::Stdio::from_raw_fd(fds[1])
     };
-    let mut c = Command::new(&exe);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("UMD_") {
-            c.env_remove(k);
-        }
-    }
-    // SAFETY: plain setrlimit in the child before exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        c.pre_exec(|| {
-            let none = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &none);
-            Ok(())
-        });
-    }
+    let mut c = crash_command(&exe);
     let status = c
         .env("UMD_BACKEND", "sim")
         .env("UMD_LOG_DIR", &logs)
@@ -179,4 +144,28 @@ fn a_crash_with_a_closed_stderr_pipe_still_dies_of_its_signal() {
         "{}",
         bb[0]
     );
+}
+
+/// The crashing program with no inherited `UMD_*` variable and no core file (whatever the
+/// machine's limit), so a crash leaves nothing in the scratch directory.
+fn crash_command(exe: &std::path::Path) -> Command {
+    let mut c = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("UMD_") {
+            c.env_remove(k);
+        }
+    }
+    // SAFETY: plain setrlimit in the child before exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    c
 }
