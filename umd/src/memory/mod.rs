@@ -4,7 +4,7 @@
 //! host<->device copies are CPU copies through that mapping).
 //!
 //! Every alloc and free is logged at INFO with the buffer id, size, VA and context, so a log
-//! reader can pair them per context (seed 000 §4.1).
+//! reader can pair them per context (docs/memory.md).
 
 pub mod leaks;
 pub mod pool;
