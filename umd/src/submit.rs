@@ -139,14 +139,16 @@ pub fn submit(
         }
     }
     // INFO, like alloc and free: with the default file level the log names every job, so the
-    // last job before a hang or a device loss can be found in it (`umd-log last-job`). About
-    // half a microsecond, against the several microseconds of the submit itself.
-    tracing::info!(
+    // last job before a hang or a device loss can be found in it (`umd-log last-job`). Through
+    // the typed front end (docs/logging.md, "Two front ends"): tens of nanoseconds, against the
+    // microseconds of the submit itself.
+    crate::record!(
+        INFO,
+        "submit",
         ctx = ctx.id,
         seqno,
         cmdbufs = cmdbufs.len(),
         waits = waits.len(),
-        "submit"
     );
     Ok(seqno)
 }
@@ -256,7 +258,7 @@ pub fn wait(ctx: &Context, seqno: u64, timeout_ns: u64) -> UmdResult<()> {
             ctx.retire(done);
             // The completion side of the job story (failures are logged by `wait_error`); the
             // non-blocking query is not logged, as callers poll with it.
-            tracing::info!(ctx = ctx.id, seqno, completed = done, "wait done");
+            crate::record!(INFO, "wait done", ctx = ctx.id, seqno, completed = done);
             Ok(())
         }
         Err(e) => match ctx.closed_by() {

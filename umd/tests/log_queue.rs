@@ -1,5 +1,5 @@
-//! A burst from many threads into a tiny queue: nothing lost in blocking mode, exact drop counts
-//! in lossy mode.
+//! A burst from many threads into a tiny queue, through both front ends: nothing lost in
+//! blocking mode, exact drop counts in lossy mode.
 
 #[path = "log_util.rs"]
 mod util;
@@ -13,8 +13,14 @@ fn burst() {
     let hs: Vec<_> = (0..THREADS)
         .map(|t| {
             std::thread::spawn(move || {
+                // Half the threads through each front end (docs/logging.md, "Two front
+                // ends"): both share the lanes, the overflow rule and the drop count.
                 for i in 0..PER {
-                    tracing::info!(t, i, "burst");
+                    if t % 2 == 0 {
+                        tracing::info!(t, i, "burst");
+                    } else {
+                        umd::record!(INFO, "burst", t, i);
+                    }
                 }
             })
         })

@@ -25,6 +25,7 @@
 pub mod clock;
 pub mod config;
 mod console;
+pub mod fast;
 pub mod filter;
 pub mod format;
 mod lane;
@@ -276,6 +277,8 @@ fn start(cfg: &Config) -> bool {
             *g = Some(Arc::new(Filters {
                 console: cfg.console.clone(),
                 file: cfg.file.clone(),
+                since_ns: 0,
+                before: None,
             }));
         }
         FILTER_GEN.fetch_add(1, Ordering::Release);
@@ -382,12 +385,17 @@ pub(crate) fn filters() -> Arc<Filters> {
         .read()
         .ok()
         .and_then(|g| g.as_ref().cloned())
-        .unwrap_or_else(|| {
-            Arc::new(Filters {
-                console: Filter::level(LevelFilter::WARN),
-                file: Filter::level(LevelFilter::INFO),
-            })
-        })
+        .unwrap_or_else(filters_default)
+}
+
+/// The filters before the environment was read: WARN to the console, INFO to the file.
+fn filters_default() -> Arc<Filters> {
+    Arc::new(Filters {
+        console: Filter::level(LevelFilter::WARN),
+        file: Filter::level(LevelFilter::INFO),
+        since_ns: 0,
+        before: None,
+    })
 }
 
 pub(crate) fn filter_gen() -> u64 {
@@ -407,21 +415,26 @@ pub(crate) const SINK_FILE: u32 = 2;
 
 fn update_filters(sinks: u32, f: impl Fn(&Filter) -> Filter) {
     ensure_init();
-    let cur = filters();
-    let new = Filters {
-        console: if sinks & SINK_CONSOLE != 0 {
+    // Read and replaced under one lock: two threads changing filters at once both count.
+    if let Ok(mut g) = FILTERS.write() {
+        let cur = g.clone().unwrap_or_else(filters_default);
+        let console = if sinks & SINK_CONSOLE != 0 {
             f(&cur.console)
         } else {
             cur.console.clone()
-        },
-        file: if sinks & SINK_FILE != 0 {
+        };
+        let file = if sinks & SINK_FILE != 0 {
             f(&cur.file)
         } else {
             cur.file.clone()
-        },
-    };
-    if let Ok(mut g) = FILTERS.write() {
-        *g = Some(Arc::new(new));
+        };
+        // Records logged from now on are judged by the new filters; those logged before, still
+        // waiting for the writer, by the old ones (`Filters::at`).
+        *g = Some(Arc::new(cur.then(
+            console,
+            file,
+            crate::error::detail::mono_ns(),
+        )));
     }
     FILTER_GEN.fetch_add(1, Ordering::AcqRel);
     tracing::callsite::rebuild_interest_cache();

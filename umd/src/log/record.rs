@@ -329,8 +329,8 @@ pub struct Packed<const N: usize = PACKED_INLINE> {
 
 /// A field's `[index][type]` bytes as the low 16 bits of a word.
 #[inline(always)]
-fn head_word(field: &Field, tag: u8) -> u128 {
-    field.index().min(255) as u128 | (tag as u128) << 8
+fn head_word(index: usize, tag: u8) -> u128 {
+    index.min(255) as u128 | (tag as u128) << 8
 }
 
 /// `v` as a varint in the low bytes of a word, and its length (1..=10). Values below 2^56 (all
@@ -606,7 +606,7 @@ pub(crate) struct Encoder<'a, S: Sink>(pub &'a mut S);
 
 impl<S: Sink> Visit for Encoder<'_, S> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.put_word(head_word(field, T_FMT), 4);
+        self.0.put_word(head_word(field.index(), T_FMT), 4);
         let at = self.0.pos() - 2;
         let mut w = SinkWriter(&mut *self.0, 0);
         let _ = write!(w, "{value:?}");
@@ -614,40 +614,71 @@ impl<S: Sink> Visit for Encoder<'_, S> {
         self.0.patch_len(at, n);
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        let mut n = value.len().min(u16::MAX as usize);
-        while !value.is_char_boundary(n) {
-            n -= 1;
-        }
-        if n <= 13 {
-            // Short strings (codes, names): header, length and bytes in one 16-byte store.
-            let w = head_word(field, T_STR)
-                | (n as u128) << 16
-                | short_bytes(&value.as_bytes()[..n]) << 24;
-            self.0.put_word(w, 3 + n);
-            return;
-        }
-        let (v, k) = varint_word(n as u64);
-        self.0.put_word(head_word(field, T_STR) | v << 16, 2 + k);
-        self.0.put(&value.as_bytes()[..n]);
+        put_str(self.0, field.index(), value)
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let (v, k) = varint_word(value);
-        self.0.put_word(head_word(field, T_U64) | v << 16, 2 + k);
+        put_u64(self.0, field.index(), value)
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let (v, k) = varint_word(((value << 1) ^ (value >> 63)) as u64);
-        self.0.put_word(head_word(field, T_I64) | v << 16, 2 + k);
+        put_i64(self.0, field.index(), value)
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.put_word(
-            head_word(field, T_F64) | (value.to_bits() as u128) << 16,
-            10,
-        );
+        put_f64(self.0, field.index(), value)
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0
-            .put_word(head_word(field, if value { T_TRUE } else { T_FALSE }), 2);
+        put_bool(self.0, field.index(), value)
     }
+}
+
+// The typed encoders, by field index: the `tracing` visitor above and the typed front end
+// (`log::fast`, the `record!` macro) write the same bytes through these.
+
+/// Packs the string field number `index` (cut to 65535 bytes at a char boundary).
+#[inline(always)]
+pub(crate) fn put_str<S: Sink>(s: &mut S, index: usize, value: &str) {
+    let mut n = value.len().min(u16::MAX as usize);
+    while !value.is_char_boundary(n) {
+        n -= 1;
+    }
+    if n <= 13 {
+        // Short strings (codes, names): header, length and bytes in one 16-byte store.
+        let w =
+            head_word(index, T_STR) | (n as u128) << 16 | short_bytes(&value.as_bytes()[..n]) << 24;
+        s.put_word(w, 3 + n);
+        return;
+    }
+    let (v, k) = varint_word(n as u64);
+    s.put_word(head_word(index, T_STR) | v << 16, 2 + k);
+    s.put(&value.as_bytes()[..n]);
+}
+
+/// Packs the unsigned integer field number `index`.
+#[inline(always)]
+pub(crate) fn put_u64<S: Sink>(s: &mut S, index: usize, value: u64) {
+    let (v, k) = varint_word(value);
+    s.put_word(head_word(index, T_U64) | v << 16, 2 + k);
+}
+
+/// Packs the signed integer field number `index` (zig-zag).
+#[inline(always)]
+pub(crate) fn put_i64<S: Sink>(s: &mut S, index: usize, value: i64) {
+    let (v, k) = varint_word(((value << 1) ^ (value >> 63)) as u64);
+    s.put_word(head_word(index, T_I64) | v << 16, 2 + k);
+}
+
+/// Packs the floating-point field number `index`.
+#[inline(always)]
+pub(crate) fn put_f64<S: Sink>(s: &mut S, index: usize, value: f64) {
+    s.put_word(
+        head_word(index, T_F64) | (value.to_bits() as u128) << 16,
+        10,
+    );
+}
+
+/// Packs the boolean field number `index`.
+#[inline(always)]
+pub(crate) fn put_bool<S: Sink>(s: &mut S, index: usize, value: bool) {
+    s.put_word(head_word(index, if value { T_TRUE } else { T_FALSE }), 2);
 }
 
 impl<const N: usize> Visit for Packed<N> {

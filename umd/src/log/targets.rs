@@ -44,6 +44,7 @@ pub const MODULES: &[&str] = &[
     "umd::log::clock",
     "umd::log::config",
     "umd::log::console",
+    "umd::log::fast",
     "umd::log::filter",
     "umd::log::format",
     "umd::log::lane",

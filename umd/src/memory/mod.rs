@@ -164,7 +164,9 @@ impl Buffer {
                 site: site.clone(),
             },
         )?;
-        tracing::info!(
+        crate::record!(
+            INFO,
+            "alloc",
             ctx = ctx.id,
             buffer = id,
             size,
@@ -174,7 +176,6 @@ impl Buffer {
             hit = g.hit,
             tag = tag.as_deref().unwrap_or(""),
             caller = r.caller.0 as u64,
-            "alloc"
         );
         Ok(Buffer {
             id,
@@ -323,13 +324,14 @@ impl Drop for Buffer {
                 },
             },
         );
-        tracing::info!(
+        crate::record!(
+            INFO,
+            "free",
             ctx = self.ctx_id,
             buffer = self.id,
             size = self.size,
             va = self.va,
             caller = free.0 as u64,
-            "free"
         );
     }
 }
