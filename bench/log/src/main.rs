@@ -33,8 +33,25 @@ fn ticks() -> u64 {
     umd::error::detail::mono_ns()
 }
 
-/// The measured record (the same fields as spdlog_bench.cpp's), with extra fields at the end.
+/// The measured record (the same fields as spdlog_bench.cpp's), with extra fields at the end,
+/// through the typed front end libumd's hot call sites use (`umd::record!`, docs/logging.md,
+/// "Two front ends").
 macro_rules! record {
+    ($($extra:tt)*) => {
+        umd::record!(
+            INFO,
+            "buffer allocated",
+            ctx = 7u64,
+            code = "UMD_SUCCESS",
+            function = "umdMemAlloc",
+            bytes = 4096u64,
+            $($extra)*
+        )
+    };
+}
+
+/// The same record through `tracing::info!` (the front end of every other call site).
+macro_rules! traced {
     ($($extra:tt)*) => {
         tracing::info!(
             ctx = 7u64,
@@ -75,12 +92,13 @@ fn disabled_ns() -> f64 {
     let n = 50_000_000u64;
     let t0 = Instant::now();
     for i in 0..n {
-        tracing::debug!(
+        umd::record!(
+            DEBUG,
+            "buffer allocated",
             ctx = 7u64,
             code = "UMD_SUCCESS",
             bytes = 4096u64,
-            va = black_box(i),
-            "buffer allocated"
+            va = black_box(i)
         );
     }
     t0.elapsed().as_nanos() as f64 / n as f64
@@ -96,7 +114,8 @@ fn module_off_ns() -> f64 {
     t0.elapsed().as_nanos() as f64 / n as f64
 }
 
-fn latency(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
+/// Caller cost samples; `TRACED`: through `tracing::info!` instead of `umd::record!`.
+fn latency<const TRACED: bool>(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
     let hs: Vec<_> = (0..threads)
         .map(|t| {
             std::thread::spawn(move || {
@@ -109,7 +128,11 @@ fn latency(threads: u32, per: u32, ovh: u64) -> Vec<u64> {
                         }
                         let a = ticks();
                         for g in 0..GROUP {
-                            record!(va = (i + g) as u64, t);
+                            if TRACED {
+                                traced!(va = (i + g) as u64, t);
+                            } else {
+                                record!(va = (i + g) as u64, t);
+                            }
                         }
                         let b = ticks();
                         v.push((b - a).saturating_sub(ovh));
@@ -154,6 +177,8 @@ struct Figures {
     module_off: f64,
     lat1: [f64; 3],
     lat4: [f64; 3],
+    /// 1 thread, p50, through `tracing::info!`.
+    traced1: f64,
     throughput: f64,
     timer: f64,
 }
@@ -260,11 +285,13 @@ fn main() {
     let mut l1: [Vec<f64>; 3] = Default::default();
     let mut l4: [Vec<f64>; 3] = Default::default();
     let mut thr = vec![];
+    let mut tr = vec![];
     for _ in 0..repeats {
         dis.push(disabled_ns());
         off.push(module_off_ns());
-        let a = latency(1, per, ovh);
-        let b = latency(4, per, ovh);
+        let a = latency::<false>(1, per, ovh);
+        let b = latency::<false>(4, per, ovh);
+        tr.push(pct(&latency::<true>(1, per, ovh), 0.50, tpn));
         for (k, p) in [0.50, 0.99, 0.999].into_iter().enumerate() {
             l1[k].push(pct(&a, p, tpn));
             l4[k].push(pct(&b, p, tpn));
@@ -277,6 +304,7 @@ fn main() {
         module_off: median(off),
         lat1: l1.map(median),
         lat4: l4.map(median),
+        traced1: median(tr),
         throughput: median(thr),
         timer: ovh as f64 / tpn,
     };
@@ -350,6 +378,13 @@ fn main() {
             targets[k],
         );
     }
+    row(
+        "tracing::info!, 1 thread p50",
+        ours.traced1,
+        t.map(|t| t.lat1[0]),
+        "ns",
+        "(reference: the other front end)",
+    );
     row(
         "throughput to file",
         ours.throughput,
