@@ -284,11 +284,15 @@ fn main() {
                 })
                 .collect(),
         );
-        // The same two INFO call sites alone: with INFO off (UMD_LOG=warn) this is the price
-        // of the pairing records on the hit path.
+        // The same two INFO call sites alone (the front end umd/src/memory/mod.rs uses,
+        // docs/logging.md "Two front ends"): with INFO off (UMD_LOG=warn) this is the price of
+        // the pairing records on the hit path.
         let info_pair = |i: usize| {
             let (id, va) = (black_box(i as u64), black_box(0x20_0000u64));
-            tracing::info!(
+            let caller = black_box(0x40_1000u64);
+            umd::record!(
+                INFO,
+                "alloc",
                 ctx = 1u64,
                 buffer = id,
                 size,
@@ -297,9 +301,9 @@ fn main() {
                 pool = "small",
                 hit = true,
                 tag = "",
-                "alloc"
+                caller,
             );
-            tracing::info!(ctx = 1u64, buffer = id, size, va, "free");
+            umd::record!(INFO, "free", ctx = 1u64, buffer = id, size, va, caller);
         };
         let info = median(
             (0..RUNS)
