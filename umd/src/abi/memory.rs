@@ -190,11 +190,9 @@ pub extern "C" fn umdMemAlloc(
             caller,
             ..Default::default()
         };
-        let b = Arc::new(said_oom(
-            &ctx,
-            size,
-            crate::memory::Buffer::alloc_ex(&ctx, &req),
-        )?);
+        let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
+            .inspect_err(|e| said_oom(&ctx, size, e))
+            .map(Arc::new)?;
         let h = BUFFERS.insert(b.clone());
         b.set_handle(h);
         *buffer = h;
@@ -233,11 +231,9 @@ pub extern "C" fn umdMemAllocEx(
             tag: tag.as_deref(),
             caller,
         };
-        let b = Arc::new(said_oom(
-            &ctx,
-            i.size,
-            crate::memory::Buffer::alloc_ex(&ctx, &req),
-        )?);
+        let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
+            .inspect_err(|e| said_oom(&ctx, i.size, e))
+            .map(Arc::new)?;
         let h = BUFFERS.insert(b.clone());
         b.set_handle(h);
         *buffer = h;
@@ -249,14 +245,10 @@ pub extern "C" fn umdMemAllocEx(
 /// of the device holds (`holders`: `ctx:bytes` by size, largest first), so the reader sees who
 /// has the memory, not only who was refused it (docs/tools.md, "Fact records").
 #[cold]
-fn said_oom<T>(
-    ctx: &crate::context::Context,
-    size: u64,
-    r: crate::error::UmdResult<T>,
-) -> crate::error::UmdResult<T> {
-    if r.as_ref().is_err_and(|e| {
-        e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY || e.code == umdResult::UMD_ERR_MEM_TOO_LARGE
-    }) {
+#[inline(never)]
+fn said_oom(ctx: &crate::context::Context, size: u64, e: &crate::error::UmdError) {
+    if e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY || e.code == umdResult::UMD_ERR_MEM_TOO_LARGE
+    {
         let mut held: Vec<(u64, u64)> = CONTEXTS
             .live()
             .into_iter()
@@ -278,7 +270,6 @@ fn said_oom<T>(
             "out of device memory: who holds it"
         );
     }
-    r
 }
 
 /// Frees the buffer whose GPU address is `address`, allocated on `context` (the device-pointer
