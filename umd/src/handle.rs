@@ -104,7 +104,11 @@ impl<T> Table<T> {
         let slot = &mut g.slots[index];
         slot.obj = Some(obj);
         slot.fork_gen = crate::fork::generation();
-        self.live.fetch_add(1, Ordering::Relaxed);
+        // Changed only under the write lock, so a plain load and store count exactly (a locked
+        // read-modify-write here would be one more bus-locked instruction per call); readers
+        // without the lock (a fatal-signal handler) still see a whole value.
+        self.live
+            .store(self.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         pack(self.kind, slot.gen, index)
     }
 
@@ -138,7 +142,11 @@ impl<T> Table<T> {
         if slot.gen <= GEN_MASK {
             g.free.push(index);
         }
-        self.live.fetch_sub(1, Ordering::Relaxed);
+        // Under the write lock: see `insert`.
+        self.live.store(
+            self.live.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
         Ok(obj)
     }
 
