@@ -1,4 +1,4 @@
-//! The caching buffer pool (design §6, issue 6).
+//! The caching buffer pool (docs/memory.md).
 //!
 //! One pool per open device (per GPU address space), shared by its contexts, behind one mutex
 //! (the model of PyTorch's CUDA caching allocator), with a small cache per context in front of it
@@ -22,7 +22,9 @@ pub mod block;
 mod cache;
 pub mod config;
 mod free;
+mod ghost;
 pub mod history;
+mod reclaim;
 mod reuse;
 pub mod size_class;
 pub mod slab;
@@ -35,9 +37,12 @@ use crate::device::Device;
 use crate::errmap::Op;
 use crate::error::{umdResult, UmdError, UmdResult};
 use block::{Bins, Block, State, NIL};
-use cache::{Budget, Cache, Slot, CACHES, DIMS};
+use cache::{Cache, CACHES, DIMS};
 use config::Config;
+pub(crate) use ghost::GHOSTS;
+pub use ghost::{coarse_now_ns, AddrInfo, Ghost};
 use history::{Event, EventKind, History, Note, Site};
+use reclaim::{bits, unbudget};
 use size_class::{pool_for, round, PoolKind, SLAB_SIZE};
 use slab::Segment;
 use stats::{human, CtxStats, Stats};
@@ -48,8 +53,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 const PAGE: u64 = uapi::PAGE_SIZE;
 /// Most blocks kept on quick lists (uncoalesced) per bin set.
 const QUICK_MAX: usize = 4096;
-/// Freed buffers remembered for use-after-free and double-free reports.
-pub(crate) const GHOSTS: usize = 1024;
 /// How long out-of-memory recovery waits for the fences of deferred frees.
 const OOM_FENCE_WAIT_NS: u64 = 10_000_000_000;
 
@@ -140,88 +143,6 @@ pub struct FreeNote {
     pub callers: Callers,
 }
 
-/// A freed buffer, remembered for reports.
-#[derive(Clone, Debug)]
-pub struct Ghost {
-    /// VA.
-    pub va: u64,
-    /// Bytes asked for.
-    pub requested: u64,
-    /// Block bytes.
-    pub size: u64,
-    /// Buffer id.
-    pub buffer: u64,
-    /// Context it was allocated on.
-    pub ctx_id: u64,
-    /// Pool event number of the free.
-    pub seq: u64,
-    /// When.
-    pub at_ns: u64,
-    /// Where (history on).
-    pub site: Option<Arc<Site>>,
-    /// The application's allocating and freeing calls.
-    pub callers: Callers,
-}
-
-impl Ghost {
-    /// "buffer 12 (512 bytes at VA 0x200000, allocated on context 3 at main+0x1f (app+0x1234)),
-    /// freed 4 ms ago at <site>": the application's calls (symbolized here, on the error path)
-    /// when known, the history's site when on.
-    pub fn describe(&self) -> String {
-        // seq 0: freed in a context cache, which does not number events (the history is off).
-        let ms = coarse_now_ns().saturating_sub(self.at_ns) as f64 / 1e6;
-        let when = match (self.at_ns, self.seq) {
-            (0, 0) => "at an unrecorded time".to_string(),
-            (_, 0) => format!("{ms:.1} ms ago"),
-            (0, seq) => format!("at pool event #{seq}"),
-            (_, seq) => format!("{ms:.1} ms ago (pool event #{seq})"),
-        };
-        let site = match (&self.site, self.callers.free.describe()) {
-            (Some(s), _) => format!(" at {}", s.describe()),
-            (None, Some(c)) => format!(" at {c}"),
-            (None, None) => " (set UMD_POOL_HISTORY=N to record where)".into(),
-        };
-        let born = match self.callers.alloc.describe() {
-            Some(c) => format!(" at {c}"),
-            None => String::new(),
-        };
-        format!(
-            "buffer {} ({} bytes at VA {:#x}, allocated on context {}{born}), freed {when}{site}",
-            self.buffer, self.requested, self.va, self.ctx_id
-        )
-    }
-}
-
-/// What an address is, for free-by-address.
-#[derive(Clone, Debug)]
-pub enum AddrInfo {
-    /// The start of a live buffer.
-    Live {
-        /// Buffer id.
-        buffer: u64,
-        /// C handle, if registered.
-        handle: u64,
-        /// Context it was allocated on.
-        ctx_id: u64,
-    },
-    /// Inside a live buffer, not at its start.
-    Interior {
-        /// Buffer id.
-        buffer: u64,
-        /// Its start.
-        start: u64,
-        /// Bytes asked for.
-        requested: u64,
-    },
-    /// A freed buffer's address (most recent free first).
-    Freed(Ghost),
-    /// Pool memory never handed out, or not pool memory at all.
-    Unknown {
-        /// True if the address lies in a segment of this pool.
-        in_pool: bool,
-    },
-}
-
 /// A block's fields as validation reads them (see `Inner::view`).
 struct BlockView {
     state: State,
@@ -308,17 +229,6 @@ fn pools() -> MutexGuard<'static, Vec<Arc<Pool>>> {
 /// How many freed buffers the pool remembers for reports.
 pub fn ghost_capacity() -> usize {
     GHOSTS
-}
-
-/// CLOCK_MONOTONIC_COARSE in ns (a few ns: good enough for ages and "freed N ms ago").
-pub fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; the clock exists on every Linux since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn bin_of(kind: PoolKind, ro: bool) -> usize {
@@ -623,140 +533,7 @@ impl Pool {
     }
 }
 
-/// Takes budgets given back by a cache out of the gauges' `current`, and their tokens out of
-/// `tokens` (every token stands for one block: on the allocated or on the cached side).
-fn unbudget(stats: &mut Stats, tokens: &mut u64, b: &Budget) {
-    for kind in [PoolKind::Small, PoolKind::Large] {
-        let b = &b[cache::k(kind)];
-        *tokens -= b[2] + b[4];
-        for (d, &n) in b.iter().enumerate() {
-            if n > 0 {
-                stats.shift(kind, d, n, false);
-            }
-        }
-    }
-}
-
-/// The indices of the set bits of `m`.
-fn bits(m: u64) -> impl Iterator<Item = usize> {
-    (0..64).filter(move |i| m & (1 << i) != 0)
-}
-
 impl Inner {
-    /// Takes back the free blocks of the cache of account `acct`, if it has any.
-    fn flush_own(&mut self, acct: u32) -> usize {
-        match self.caches.get(acct as usize) {
-            Some(c) if c.parked.load(Ordering::Relaxed) != 0 => {
-                self.flush_cache(acct as usize, false)
-            }
-            _ => 0,
-        }
-    }
-
-    /// Takes the caches' tokens back: those of the allocated side, or (`cached`) all.
-    fn revoke_all(&mut self, cached: bool) {
-        if self.tokens > 0 {
-            // Only registered contexts' caches hold tokens (unregister takes them back).
-            for i in bits(self.registered) {
-                self.revoke(i, cached);
-            }
-        }
-    }
-
-    /// Takes cache `i`'s tokens back (see [`cache::CacheData::revoke`]).
-    fn revoke(&mut self, i: usize, cached: bool) {
-        let b = self.caches[i].lock().revoke(cached);
-        unbudget(&mut self.stats, &mut self.tokens, &b);
-    }
-
-    /// Takes the free blocks of every cache back (to the quick lists); returns how many.
-    fn flush_caches(&mut self) -> usize {
-        let mut n = 0;
-        for i in bits(self.registered) {
-            if self.caches[i].parked.load(Ordering::Relaxed) > 0 {
-                n += self.flush_cache(i, false);
-            }
-        }
-        n
-    }
-
-    /// Takes the free blocks of cache `i` back (`live`: its live ones too, whose buffers
-    /// outlive their context); returns how many.
-    fn flush_cache(&mut self, i: usize, live: bool) -> usize {
-        let mut out = std::mem::take(&mut self.flushed);
-        let mut lives = Vec::new();
-        let mut b = [[0; DIMS]; 2];
-        let ctx_id = {
-            let c = &self.caches[i];
-            let mut d = c.lock();
-            d.drain(&mut out, live.then_some(&mut lives), &mut b);
-            c.parked.store(0, Ordering::Relaxed);
-            d.ctx_id
-        };
-        unbudget(&mut self.stats, &mut self.tokens, &b);
-        let n = out.len() + lives.len();
-        for s in lives {
-            self.adopt_live(s, ctx_id);
-        }
-        for p in out.drain(..) {
-            if p.hit {
-                // (Else the pool's free of its last buffer already left this ghost.)
-                self.remember(Ghost {
-                    va: p.va,
-                    requested: p.requested,
-                    size: p.size,
-                    buffer: p.buffer,
-                    ctx_id,
-                    seq: 0,
-                    at_ns: p.at_ns,
-                    site: None,
-                    callers: p.callers,
-                });
-            }
-            self.make_free(None, p.block);
-        }
-        self.flushed = out;
-        n
-    }
-
-    /// Takes delegated live block `id` back from its cache; false if its slot is not live.
-    fn undelegate_live(&mut self, id: u32) -> bool {
-        let (acct, slot) = {
-            let b = &self.blocks[id as usize];
-            (b.acct, b.slot)
-        };
-        let Some(c) = self.caches.get(acct as usize) else {
-            return false;
-        };
-        let mut b = [[0; DIMS]; 2];
-        let (s, ctx_id) = {
-            let mut d = c.lock();
-            (d.take_live(slot, id, &mut b), d.ctx_id)
-        };
-        unbudget(&mut self.stats, &mut self.tokens, &b);
-        match s {
-            Some(s) => {
-                self.adopt_live(s, ctx_id);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Records a live block coming back from a cache in the pool's own fields.
-    fn adopt_live(&mut self, s: Slot, ctx_id: u64) {
-        let id = s.g.block;
-        self.handles[id as usize] = s.handle;
-        let b = &mut self.blocks[id as usize];
-        b.state = State::Live;
-        b.slot = NIL;
-        b.buffer = s.buffer;
-        b.requested = s.requested;
-        b.ctx_id = ctx_id;
-        b.pins = s.pins;
-        b.uses = s.uses.iter().map(|u| (u.0, u.1)).collect();
-    }
-
     /// Counts the event and, with the history on, records it.
     fn event(&mut self, n: Note<'_>) {
         self.seq += 1;
@@ -779,12 +556,5 @@ impl Inner {
 
     fn state(&self, id: u32) -> Option<State> {
         self.blocks.get(id as usize).map(|b| b.state)
-    }
-
-    /// Runs `f` on the cache slot of delegated block `id`.
-    fn with_slot<R>(&self, id: u32, f: impl FnOnce(&mut Slot) -> R) -> Option<R> {
-        let b = &self.blocks[id as usize];
-        let mut d = self.caches.get(b.acct as usize)?.lock();
-        d.slot_mut(b.slot, id).map(f)
     }
 }
