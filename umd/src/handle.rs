@@ -89,6 +89,14 @@ impl<T> Table<T> {
 
     /// Stores `obj` and returns its new handle.
     pub fn insert(&self, obj: Arc<T>) -> u64 {
+        self.insert_with(obj, |_, _| {})
+    }
+
+    /// Stores `obj` and returns its new handle, telling `registered` the handle first (under
+    /// the table's lock, before any other thread can look the handle up), so an object that
+    /// keeps its own handle needs no second reference for that. `registered` must not use this
+    /// table.
+    pub fn insert_with(&self, obj: Arc<T>, registered: impl FnOnce(&T, u64)) -> u64 {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let index = match g.free.pop() {
             Some(i) => i,
@@ -102,6 +110,8 @@ impl<T> Table<T> {
             }
         };
         let slot = &mut g.slots[index];
+        let handle = pack(self.kind, slot.gen, index);
+        registered(&obj, handle);
         slot.obj = Some(obj);
         slot.fork_gen = crate::fork::generation();
         // Changed only under the write lock, so a plain load and store count exactly (a locked
@@ -109,7 +119,7 @@ impl<T> Table<T> {
         // without the lock (a fatal-signal handler) still see a whole value.
         self.live
             .store(self.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        pack(self.kind, slot.gen, index)
+        handle
     }
 
     /// Looks `handle` up, with a precise error when it is not a live handle of this kind.
@@ -293,5 +303,20 @@ mod tests {
         );
         assert!(msg(t.get(0)).ends_with("is the null handle 0."));
         assert_eq!(t.live().len(), 1);
+    }
+
+    /// `insert_with` tells the object its handle before anyone can look it up, and counts it
+    /// live; `remove` uncounts it.
+    #[test]
+    fn insert_with_tells_the_handle_it_returns() {
+        use std::sync::atomic::AtomicU64;
+        let t: Table<AtomicU64> = Table::new(Kind::Buffer);
+        let h = t.insert_with(Arc::new(AtomicU64::new(0)), |o, h| {
+            o.store(h, Ordering::Relaxed)
+        });
+        assert_eq!(t.get(h).expect("live").load(Ordering::Relaxed), h);
+        assert_eq!(t.live_count(), 1);
+        t.remove(h).expect("remove");
+        assert_eq!(t.live_count(), 0);
     }
 }

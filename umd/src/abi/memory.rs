@@ -193,9 +193,7 @@ pub extern "C" fn umdMemAlloc(
         let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
             .inspect_err(|e| said_oom(&ctx, size, e))
             .map(Arc::new)?;
-        let h = BUFFERS.insert(b.clone());
-        b.set_handle(h);
-        *buffer = h;
+        *buffer = BUFFERS.insert_with(b, crate::memory::Buffer::set_handle);
         Ok(umdResult::UMD_SUCCESS)
     })
 }
@@ -234,9 +232,7 @@ pub extern "C" fn umdMemAllocEx(
         let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
             .inspect_err(|e| said_oom(&ctx, i.size, e))
             .map(Arc::new)?;
-        let h = BUFFERS.insert(b.clone());
-        b.set_handle(h);
-        *buffer = h;
+        *buffer = BUFFERS.insert_with(b, crate::memory::Buffer::set_handle);
         Ok(umdResult::UMD_SUCCESS)
     })
 }
