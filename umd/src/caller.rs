@@ -22,7 +22,6 @@
 //! microseconds per call, where this load costs about a nanosecond (docs/benchmarks.md, "Call
 //! sites").
 
-use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -130,27 +129,38 @@ impl Resolved {
     }
 }
 
-/// The cache of resolved addresses (a program has few call sites; emptied if it ever holds
-/// [`CACHE_MAX`]).
-pub struct Cache {
-    map: Mutex<HashMap<usize, Arc<Resolved>>>,
+/// The two log fields of a call site, formatted once per address: the writer thread writes them
+/// into every record of that call site (docs/logging.md, "Call sites").
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fields {
+    /// [`Resolved::field`].
+    pub caller: String,
+    /// [`Resolved::function_field`].
+    pub caller_fn: String,
+}
+
+/// A cache of what is known of addresses (a program has few call sites; emptied if it ever holds
+/// [`CACHE_MAX`]). Keyed by address with `foldhash`: the writer thread looks an address up for
+/// every record that carries one.
+pub struct Cache<V = Resolved> {
+    map: Mutex<foldhash::HashMap<usize, Arc<V>>>,
 }
 
 /// Addresses kept at most.
 pub(crate) const CACHE_MAX: usize = 4096;
 
-impl Cache {
+impl<V> Cache<V> {
     /// Empty.
-    pub fn new() -> Cache {
+    pub fn new() -> Cache<V> {
         Cache {
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(foldhash::HashMap::default()),
         }
     }
 
     /// `ip` resolved by `resolve` the first time, from the cache after. The cache is only ever
     /// tried, never waited for: a lock held by another thread (or by a thread of the parent that
     /// forked this process, which never lets it go) means resolving uncached instead.
-    pub fn get_with(&self, ip: usize, resolve: impl FnOnce(usize) -> Resolved) -> Arc<Resolved> {
+    pub fn get_with(&self, ip: usize, resolve: impl FnOnce(usize) -> V) -> Arc<V> {
         if let Some(m) = self.try_lock() {
             if let Some(r) = m.get(&ip) {
                 return r.clone();
@@ -179,7 +189,7 @@ impl Cache {
         self.len() == 0
     }
 
-    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, HashMap<usize, Arc<Resolved>>>> {
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, foldhash::HashMap<usize, Arc<V>>>> {
         match self.map.try_lock() {
             Ok(g) => Some(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -188,18 +198,30 @@ impl Cache {
     }
 }
 
-impl Default for Cache {
+impl<V> Default for Cache<V> {
     fn default() -> Self {
         Cache::new()
     }
 }
 
 static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+static FIELDS: std::sync::OnceLock<Cache<Fields>> = std::sync::OnceLock::new();
 
 impl Caller {
     /// Symbolized (cached per address; dladdr on the first lookup).
     pub fn resolve(self) -> Arc<Resolved> {
         CACHE.get_or_init(Cache::new).get_with(self.0, dladdr)
+    }
+
+    /// The `caller` and `caller_fn` fields of a log record (cached per address, formatted once).
+    pub fn fields(self) -> Arc<Fields> {
+        FIELDS.get_or_init(Cache::new).get_with(self.0, |_| {
+            let r = self.resolve();
+            Fields {
+                caller: r.field(),
+                caller_fn: r.function_field(),
+            }
+        })
     }
 
     /// For messages ([`Resolved::describe`]); `None` when not captured.
@@ -353,5 +375,25 @@ mod tests {
         // Resolved again through the cache: the same value.
         assert_eq!(*Caller(ip).resolve(), got);
         assert_eq!(dladdr(0).module, None);
+    }
+
+    /// The record fields are the resolved address's, formatted once and then served from the
+    /// cache.
+    #[test]
+    fn record_fields_are_formatted_once_per_address() {
+        let ip = here() + 3;
+        let f = Caller(ip).fields();
+        let r = dladdr(ip);
+        assert_eq!(
+            (f.caller.as_str(), f.caller_fn.as_str()),
+            (r.field().as_str(), r.function_field().as_str())
+        );
+        assert!(
+            f.caller.ends_with(&format!("+{:#x}", r.offset)),
+            "{}",
+            f.caller
+        );
+        assert!(Arc::ptr_eq(&f, &Caller(ip).fields()));
+        assert_eq!(Caller(0).fields().caller, "-");
     }
 }

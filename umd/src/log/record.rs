@@ -226,10 +226,10 @@ impl<const N: usize> Record<N> {
                         Val::Str(start, self.text.len())
                     }
                     (CALLER_FIELD, Val::U64(a)) => {
-                        let r = crate::caller::Caller(a as usize).resolve();
-                        let v = self.text_val(&r.field());
+                        let r = crate::caller::Caller(a as usize).fields();
+                        let v = self.text_val(&r.caller);
                         self.push_field(name, v);
-                        let f = self.text_val(&r.function_field());
+                        let f = self.text_val(&r.caller_fn);
                         self.push_field(CALLER_FN_FIELD, f);
                         return;
                     }
