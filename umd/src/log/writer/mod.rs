@@ -12,13 +12,17 @@
 //! that sees `sleeping` unparks it. So a steady stream of records costs producers no system
 //! call (a blocking receive would make every send wake a futex).
 
+mod file;
+mod filters;
+mod merge;
+
+pub use filters::Filters;
+
 use super::config::Config;
-use super::filter::Filter;
 use super::format::{write_record, Format};
-use super::lane::Lane;
 use super::limit::{self, ConsoleLimiter};
 use super::record::{unpack, Packed, Record};
-use super::rotate::{fallback_dir, FileConfig, RotatingFile, SystemClock};
+use super::rotate::{FileConfig, RotatingFile, SystemClock};
 use super::Stats;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::cell::RefCell;
@@ -77,64 +81,6 @@ impl tracing::callsite::Callsite for DummyCallsite {
     }
 }
 static DUMMY_CS: DummyCallsite = DummyCallsite;
-
-/// Sink filters, swapped as a whole on change.
-#[derive(Clone, Debug)]
-pub struct Filters {
-    /// Console filter.
-    pub console: Filter,
-    /// File filter.
-    pub file: Filter,
-    /// CLOCK_MONOTONIC ns from which these filters apply (0: from the start).
-    pub since_ns: u64,
-    /// The filters in force before `since_ns`. The writer judges a record by the filters of
-    /// the time it was logged, not of the time it is written (a level switched off again right
-    /// after a burst must not drop the burst); a few generations back are kept (`HISTORY`).
-    pub before: Option<Arc<Filters>>,
-}
-
-/// Filter generations kept behind the current one ([`Filters::before`]).
-pub(crate) const HISTORY: usize = 8;
-
-impl Filters {
-    /// The filters in force at `mono_ns` (the oldest kept, for a record older than all).
-    pub fn at(&self, mono_ns: u64) -> &Filters {
-        let mut f = self;
-        while mono_ns < f.since_ns {
-            match &f.before {
-                Some(b) => f = b,
-                None => break,
-            }
-        }
-        f
-    }
-
-    /// `console` and `file` from `mono_ns` on, with `self` (cut to [`HISTORY`] generations)
-    /// before.
-    pub fn then(self: &Arc<Filters>, console: Filter, file: Filter, mono_ns: u64) -> Filters {
-        Filters {
-            console,
-            file,
-            since_ns: mono_ns,
-            before: Some(trimmed(self, HISTORY - 1)),
-        }
-    }
-}
-
-/// `f` with at most `keep` generations behind it.
-fn trimmed(f: &Arc<Filters>, keep: usize) -> Arc<Filters> {
-    let before = match (&f.before, keep) {
-        (None, _) => return f.clone(),
-        (Some(_), 0) => None,
-        (Some(b), k) => Some(trimmed(b, k - 1)),
-    };
-    Arc::new(Filters {
-        console: f.console.clone(),
-        file: f.file.clone(),
-        since_ns: f.since_ns,
-        before,
-    })
-}
 
 thread_local! {
     static LOCAL: RefCell<Vec<Packed>> = const { RefCell::new(Vec::new()) };
@@ -197,27 +143,11 @@ pub(super) struct Writer {
     /// Records taken from the shared queue, waiting to be merged with the lanes' records.
     pending: VecDeque<Packed>,
     /// The lanes being drained (kept for its allocation).
-    srcs: Vec<Src>,
-}
-
-/// A lane being drained: its readable span, the next record's position and time.
-struct Src {
-    lane: &'static Lane,
-    pos: u64,
-    end: u64,
-    gone: bool,
-    /// Records read and not yet handed back to the producer.
-    unreleased: u64,
-    /// The CLOCK_MONOTONIC ns of the record at `pos`, if there is one.
-    next: Option<u64>,
+    srcs: Vec<merge::Src>,
 }
 
 /// Records per round above which the writer goes straight on to the next round.
 const FULL_BATCH: usize = 256;
-
-/// Records read from a lane before its space is handed back to the producer (so a long drain
-/// does not keep a blocked producer waiting until its end).
-const RELEASE_EVERY: u64 = 256;
 
 fn now_wall() -> u64 {
     crate::error::detail::wall_ns()
@@ -431,82 +361,6 @@ impl Writer {
         true
     }
 
-    /// Writes every record the lanes and the shared queue hold now, merged by time stamp (each
-    /// source is read in order, so a thread's records keep their order). Returns how many.
-    fn drain_all(&mut self) -> usize {
-        let mut src = std::mem::take(&mut self.srcs);
-        src.clear();
-        let mut l = super::lane::first();
-        while let Some(lane) = l {
-            let (pos, end, gone) = lane.span();
-            if pos != end || gone {
-                let next = lane
-                    .read(pos, end)
-                    .map(|(_, v)| self.clock.mono_ns(v.stamp));
-                src.push(Src {
-                    lane,
-                    pos,
-                    end,
-                    gone,
-                    unreleased: 0,
-                    next,
-                });
-            }
-            l = lane.next();
-        }
-        let mut n = 0;
-        loop {
-            let mut best: Option<(usize, u64)> = None;
-            for (i, s) in src.iter().enumerate() {
-                if let Some(t) = s.next {
-                    if best.is_none_or(|(_, b)| t < b) {
-                        best = Some((i, t));
-                    }
-                }
-            }
-            if let Some(q) = self.pending.front() {
-                let t = self.clock.mono_ns(q.mono_ns);
-                if best.is_none_or(|(_, b)| t < b) {
-                    best = Some((usize::MAX, t));
-                }
-            }
-            match best {
-                None => break,
-                Some((usize::MAX, _)) => {
-                    if let Some(q) = self.pending.pop_front() {
-                        self.write_one(q.meta, q.mono_ns, q.tid, q.bytes());
-                    }
-                }
-                Some((i, _)) => {
-                    let s = &mut src[i];
-                    let lane = s.lane;
-                    let Some((after, v)) = lane.read(s.pos, s.end) else {
-                        s.next = None;
-                        continue;
-                    };
-                    s.pos = after;
-                    s.unreleased += 1;
-                    s.next = lane
-                        .read(after, s.end)
-                        .map(|(_, w)| self.clock.mono_ns(w.stamp));
-                    let (release, pos, k, gone) =
-                        (s.unreleased >= RELEASE_EVERY, s.pos, s.unreleased, s.gone);
-                    self.write_one(v.meta, v.stamp, v.tid, v.body);
-                    if release {
-                        lane.consumed(pos, k, gone);
-                        src[i].unreleased = 0;
-                    }
-                }
-            }
-            n += 1;
-        }
-        for s in &src {
-            s.lane.consumed(s.pos, s.unreleased, s.gone);
-        }
-        self.srcs = src;
-        n
-    }
-
     /// Writes one record; an ERROR reaches the file at once.
     fn write_one(
         &mut self,
@@ -583,160 +437,6 @@ impl Writer {
         }
         if to_file {
             self.file_append(wall);
-        }
-    }
-
-    /// Appends `self.text` to the file sink.
-    fn file_append(&mut self, wall: u64) {
-        match self.file_state {
-            FileState::Down { ref mut lost, .. } => {
-                *lost += 1;
-                self.lost_since_announced += 1;
-                self.stats.failed_file.fetch_add(1, Ordering::Relaxed);
-            }
-            FileState::Ok if !self.file.is_open() => {
-                self.stats.failed_file.fetch_add(1, Ordering::Relaxed);
-            }
-            FileState::Ok => {
-                let before = self.file.rotations;
-                let buffered = self.file.buffered_records();
-                match self.file.append(&self.text, wall) {
-                    Ok(()) => {
-                        // Records that left the buffer were written.
-                        let now_buf = self.file.buffered_records();
-                        let written = (buffered + 1).saturating_sub(now_buf);
-                        self.stats
-                            .written_file
-                            .fetch_add(written, Ordering::Relaxed);
-                        if written > 0 {
-                            self.file_wrote();
-                        }
-                        if self.file.rotations != before {
-                            self.stats.rotations.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        // `append` leaves the new record in the buffer on failure.
-                        let remaining = self.file.buffered_records();
-                        self.stats
-                            .written_file
-                            .fetch_add((buffered + 1).saturating_sub(remaining), Ordering::Relaxed);
-                        let lost = self.file.take_failed();
-                        let msg = format!(
-                            "writing log file {} failed: {e}",
-                            self.file.path_of(0).display()
-                        );
-                        self.file_down(&msg, lost);
-                    }
-                }
-            }
-        }
-    }
-
-    fn file_down(&mut self, why: &str, lost: u64) {
-        self.stats.failed_file.fetch_add(lost, Ordering::Relaxed);
-        self.stats.file_ok.store(false, Ordering::Relaxed);
-        self.file.close();
-        self.file_state = FileState::Down {
-            retry_at: Instant::now() + self.retry,
-            lost,
-        };
-        self.lost_since_announced += lost;
-        if !self.down_announced {
-            self.down_announced = true;
-            tracing::warn!(
-                retry_ms = self.retry.as_millis() as u64,
-                "log file sink down: {why}; logging to the console only, retrying later (lost records are counted: umdLogGetStats)"
-            );
-        }
-    }
-
-    /// A write reached the file: if the sink had been announced down, say it is back, once.
-    fn file_wrote(&mut self) {
-        if self.down_announced {
-            self.down_announced = false;
-            let lost = std::mem::take(&mut self.lost_since_announced);
-            tracing::warn!(
-                lost,
-                "log file sink back: {} ({lost} records were lost while it was down)",
-                self.file.path_of(0).display()
-            );
-        }
-    }
-
-    fn open_file(&mut self) {
-        let now = now_wall();
-        match self.file.open(now) {
-            Ok(()) => {}
-            Err(e) if self.dir_is_default => {
-                let first = self.file.path_of(0);
-                let mut cfg = self.file.config().clone();
-                cfg.dir = fallback_dir();
-                self.file = RotatingFile::new(cfg, Arc::new(SystemClock));
-                if let Err(e2) = self.file.open(now) {
-                    let msg = format!(
-                        "cannot open {} ({e}) nor {} ({e2})",
-                        first.display(),
-                        self.file.path_of(0).display()
-                    );
-                    self.file_down(&msg, 0);
-                    return;
-                }
-                tracing::warn!(
-                    "cannot open log file {} ({e}); using {}",
-                    first.display(),
-                    self.file.path_of(0).display()
-                );
-            }
-            Err(e) => {
-                let msg = format!("cannot open {}: {e}", self.file.path_of(0).display());
-                self.file_down(&msg, 0);
-                return;
-            }
-        }
-        self.stats.file_ok.store(true, Ordering::Relaxed);
-        super::ring::set_dir(&self.file.config().dir);
-        super::set_file_path(Some(self.file.path_of(0)));
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() } as u32;
-        let n = super::rotate::prune_runs(&self.file.config().dir, self.max_runs, me);
-        if n > 0 {
-            tracing::info!(
-                deleted = n,
-                keep_runs = self.max_runs,
-                "deleted the log files of older runs (UMD_LOG_MAX_RUNS)"
-            );
-        }
-    }
-
-    /// Writes the file buffer out; `sync` also fdatasyncs.
-    fn flush_file(&mut self, sync: bool) {
-        if !matches!(self.file_state, FileState::Ok) || !self.file.is_open() {
-            return;
-        }
-        let n = self.file.buffered_records();
-        match self.file.flush() {
-            Ok(()) => {
-                self.stats.written_file.fetch_add(n, Ordering::Relaxed);
-                if n > 0 {
-                    self.file_wrote();
-                }
-                if sync {
-                    let _ = self.file.sync();
-                }
-            }
-            Err(e) => {
-                let remaining = self.file.buffered_records();
-                self.stats
-                    .written_file
-                    .fetch_add(n.saturating_sub(remaining), Ordering::Relaxed);
-                let lost = self.file.take_failed();
-                let msg = format!(
-                    "writing log file {} failed: {e}",
-                    self.file.path_of(0).display()
-                );
-                self.file_down(&msg, lost);
-            }
         }
     }
 
@@ -893,48 +593,5 @@ impl Writer {
             _ => {}
         }
         self.settle(false);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tracing::Level;
-
-    fn level(l: tracing_subscriber::filter::LevelFilter) -> Filter {
-        Filter::level(l)
-    }
-
-    /// A record is judged by the filters of the time it was logged; the history is cut to
-    /// `HISTORY` generations, and a record older than all of them gets the oldest kept.
-    #[test]
-    fn filters_of_the_time_a_record_was_logged() {
-        use tracing_subscriber::filter::LevelFilter as L;
-        let mut f = Arc::new(Filters {
-            console: level(L::WARN),
-            file: level(L::INFO),
-            since_ns: 0,
-            before: None,
-        });
-        // Generation k (from k * 100 ns on) lets DEBUG into the file when k is odd.
-        for k in 1..=20u64 {
-            let file = if k % 2 == 1 { L::DEBUG } else { L::INFO };
-            f = Arc::new(f.then(level(L::WARN), level(file), k * 100));
-        }
-        let debug_in_file = |ns: u64| f.at(ns).file.enabled("t", &Level::DEBUG);
-        assert!(!debug_in_file(2000), "generation 20");
-        assert!(debug_in_file(1999), "generation 19");
-        assert!(debug_in_file(1950));
-        assert!(!debug_in_file(1899), "generation 18");
-        let mut depth = 0;
-        let mut g: &Filters = &f;
-        while let Some(b) = &g.before {
-            depth += 1;
-            g = b;
-        }
-        assert_eq!(depth, HISTORY);
-        // Older than the oldest generation kept (12, from 1200 ns): that one.
-        assert_eq!(g.since_ns, 1200);
-        assert!(!debug_in_file(5));
     }
 }
