@@ -259,7 +259,15 @@ int main(void) {
     MUST(umdMemAlloc(ctx, 4096, 0, &tmp));
     MUST(umdMemFree(tmp));
     EXPECT_CODE("double free", umdMemFree(tmp), UMD_ERR_INVALID_HANDLE);
-    expect_detail("destroyed handle detail", UMD_ERR_INVALID_HANDLE, "umdMemFree", "was destroyed");
+    expect_detail("destroyed handle detail", UMD_ERR_INVALID_HANDLE, "umdMemFree", "was destroyed: it was buffer");
+    /* The detail names the buffer, its size and where it was allocated and freed. */
+    expect_detail("double free names the buffer", UMD_ERR_INVALID_HANDLE, "umdMemFree", "4096 bytes at VA 0x");
+    expect_detail("double free names the free", UMD_ERR_INVALID_HANDLE, "umdMemFree", ", freed ");
+    {
+        umdDevicePtr stale_va = 0;
+        EXPECT_CODE("use after free", umdMemGetAddress(tmp, &stale_va), UMD_ERR_INVALID_HANDLE);
+        expect_detail("use after free detail", UMD_ERR_INVALID_HANDLE, "umdMemGetAddress", "was destroyed: it was buffer");
+    }
     EXPECT_CODE("forged handle", umdMemFree((umdBuffer)0x0300000100abcdefull), UMD_ERR_INVALID_HANDLE);
     expect_detail("forged handle detail", UMD_ERR_INVALID_HANDLE, "umdMemFree", "never valid");
     EXPECT_CODE("wrong type", umdMemFree((umdBuffer)ctx), UMD_ERR_INVALID_HANDLE);

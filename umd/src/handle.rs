@@ -52,6 +52,9 @@ fn pack(kind: Kind, gen: u64, index: usize) -> u64 {
 
 struct Slot<T> {
     gen: u64,
+    /// What [`Tombstone::keep`] kept of the object last removed from this slot (until the slot
+    /// is reused).
+    kept: [u64; 2],
     /// The fork generation the object was created in (`crate::fork`): a child process sees the
     /// parent's objects in its copy of the table, and must not use them.
     fork_gen: u64,
@@ -64,6 +67,27 @@ struct Slots<T> {
     free: Vec<usize>,
 }
 
+/// What a table keeps of a removed object until its slot is reused, so that a later use of the
+/// destroyed handle (a double free, a use after free) can say which object it was and where it
+/// was created and destroyed, not only "was destroyed".
+pub struct Tombstone<T> {
+    /// What to keep of the object when it is removed.
+    pub keep: fn(&T) -> [u64; 2],
+    /// The kept words described for the error message (None: nothing to add). Called without
+    /// the table's lock.
+    pub describe: fn([u64; 2]) -> Option<String>,
+}
+
+/// Why a handle names no live object (built into an error after the lock is let go).
+enum Miss {
+    /// Destroyed; with what the tombstone kept when the slot still holds it.
+    Destroyed(Option<[u64; 2]>),
+    /// No object was ever created with it.
+    Never,
+    /// Created by the parent process before `fork()`.
+    Inherited,
+}
+
 /// A table of objects of one kind. Every call takes its lock once (a lookup the read lock, an
 /// insert or remove the write lock); errors are built only on the failure path.
 pub struct Table<T> {
@@ -72,6 +96,7 @@ pub struct Table<T> {
     /// Objects of this process's generation in the table: what [`Table::live_count`] reads
     /// without the lock (from a fatal-signal handler, which must not take it).
     live: AtomicU64,
+    tomb: Option<Tombstone<T>>,
 }
 
 impl<T> Table<T> {
@@ -84,7 +109,15 @@ impl<T> Table<T> {
                 free: Vec::new(),
             }),
             live: AtomicU64::new(0),
+            tomb: None,
         }
+    }
+
+    /// An empty table for `kind` that keeps a tombstone of every removed object.
+    pub const fn with_tombstone(kind: Kind, tomb: Tombstone<T>) -> Self {
+        let mut t = Table::new(kind);
+        t.tomb = Some(tomb);
+        t
     }
 
     /// Stores `obj` and returns its new handle.
@@ -103,6 +136,7 @@ impl<T> Table<T> {
             None => {
                 g.slots.push(Slot {
                     gen: 1,
+                    kept: [0; 2],
                     fork_gen: 0,
                     obj: None,
                 });
@@ -125,39 +159,54 @@ impl<T> Table<T> {
     /// Looks `handle` up, with a precise error when it is not a live handle of this kind.
     pub fn get(&self, handle: u64) -> Result<Arc<T>, UmdError> {
         self.check_tag(handle)?;
-        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        match self.live_slot(&g.slots, handle) {
-            Ok(index) => match &g.slots[index].obj {
-                Some(o) => Ok(o.clone()),
-                None => Err(self.err(handle, "was destroyed")),
-            },
-            Err(e) => Err(e),
-        }
+        let miss = {
+            let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+            match self.live_slot(&g.slots, handle) {
+                Ok(index) => match &g.slots[index].obj {
+                    Some(o) => return Ok(o.clone()),
+                    None => Miss::Destroyed(None),
+                },
+                Err(m) => m,
+            }
+        };
+        Err(self.missed(handle, miss))
     }
 
     /// Removes the object behind `handle` (its handle becomes "destroyed").
     pub fn remove(&self, handle: u64) -> Result<Arc<T>, UmdError> {
         self.check_tag(handle)?;
-        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        // Never destroyed from a forked child: that would act on the parent's objects.
-        let index = self.live_slot(&g.slots, handle)?;
-        let slot = &mut g.slots[index];
-        let obj = slot
-            .obj
-            .take()
-            .ok_or_else(|| self.err(handle, "was destroyed"))?;
-        // Generations wrap after 16M reuses of one slot; the slot is then retired rather than
-        // risk a stale handle matching again.
-        slot.gen += 1;
-        if slot.gen <= GEN_MASK {
-            g.free.push(index);
-        }
-        // Under the write lock: see `insert`.
-        self.live.store(
-            self.live.load(Ordering::Relaxed).saturating_sub(1),
-            Ordering::Relaxed,
-        );
-        Ok(obj)
+        let miss = {
+            let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            // Never destroyed from a forked child: that would act on the parent's objects.
+            match self.live_slot(&g.slots, handle) {
+                Ok(index) => {
+                    let keep = self.tomb.as_ref().map(|t| t.keep);
+                    let slot = &mut g.slots[index];
+                    match slot.obj.take() {
+                        Some(obj) => {
+                            if let Some(keep) = keep {
+                                slot.kept = keep(&obj);
+                            }
+                            // Generations wrap after 16M reuses of one slot; the slot is then
+                            // retired rather than risk a stale handle matching again.
+                            slot.gen += 1;
+                            if slot.gen <= GEN_MASK {
+                                g.free.push(index);
+                            }
+                            // Under the write lock: see `insert`.
+                            self.live.store(
+                                self.live.load(Ordering::Relaxed).saturating_sub(1),
+                                Ordering::Relaxed,
+                            );
+                            return Ok(obj);
+                        }
+                        None => Miss::Destroyed(None),
+                    }
+                }
+                Err(m) => m,
+            }
+        };
+        Err(self.missed(handle, miss))
     }
 
     /// How many objects of this process the table holds (what [`Table::live`] would list).
@@ -213,21 +262,46 @@ impl<T> Table<T> {
     /// The index of the live slot `handle` names, in this process, or why not (under the
     /// caller's lock).
     #[inline]
-    fn live_slot(&self, slots: &[Slot<T>], handle: u64) -> Result<usize, UmdError> {
+    fn live_slot(&self, slots: &[Slot<T>], handle: u64) -> Result<usize, Miss> {
         let index = (handle & 0xFFFF_FFFF) as usize;
         let gen = (handle >> 32) & GEN_MASK;
         match slots.get(index) {
             Some(s) if s.gen == gen && s.obj.is_some() => {
                 if s.fork_gen != crate::fork::generation() {
-                    return Err(self.inherited(handle));
+                    return Err(Miss::Inherited);
                 }
                 Ok(index)
             }
-            Some(s) if gen < s.gen => Err(self.err(handle, "was destroyed")),
-            _ => Err(self.err(
+            // The tombstone is this handle's until the slot's next removal overwrites it (the
+            // slot's generation then moves past `gen + 1`).
+            Some(s) if gen < s.gen => Err(Miss::Destroyed(
+                (self.tomb.is_some() && s.gen == gen + 1).then_some(s.kept),
+            )),
+            _ => Err(Miss::Never),
+        }
+    }
+
+    /// The error for a handle that names no live object (called without the lock: a
+    /// tombstone's description may take other locks).
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn missed(&self, handle: u64, m: Miss) -> UmdError {
+        match m {
+            Miss::Destroyed(kept) => {
+                let what = kept
+                    .and_then(|k| self.tomb.as_ref().and_then(|t| (t.describe)(k)))
+                    .map_or_else(
+                        || "was destroyed".to_string(),
+                        |d| format!("was destroyed: it was {d}"),
+                    );
+                self.err(handle, &what)
+            }
+            Miss::Never => self.err(
                 handle,
                 "was never valid (no object was ever created with it)",
-            )),
+            ),
+            Miss::Inherited => self.inherited(handle),
         }
     }
 
@@ -260,7 +334,7 @@ impl<T> Table<T> {
 mod tests {
     use super::*;
 
-    fn msg(r: Result<Arc<u32>, UmdError>) -> String {
+    fn msg<T>(r: Result<Arc<T>, UmdError>) -> String {
         match r {
             Err(e) => {
                 assert_eq!(e.code, umdResult::UMD_ERR_INVALID_HANDLE);
@@ -318,5 +392,39 @@ mod tests {
         assert_eq!(t.live_count(), 1);
         t.remove(h).expect("remove");
         assert_eq!(t.live_count(), 0);
+    }
+
+    /// A table with a tombstone names the destroyed object in the error of a later use of its
+    /// handle, until the slot's next removal overwrites what it kept; other misses are as before.
+    #[test]
+    fn a_tombstone_names_the_destroyed_object_until_its_slot_moves_on() {
+        static T: Table<u64> = Table::with_tombstone(
+            Kind::Buffer,
+            Tombstone {
+                keep: |v: &u64| [*v, 7],
+                describe: |k: [u64; 2]| Some(format!("object {} (kept {})", k[0], k[1])),
+            },
+        );
+        let a = T.insert(Arc::new(41));
+        T.remove(a).expect("remove");
+        let gone = format!("umdBuffer handle 0x{a:016x} was destroyed: it was object 41 (kept 7).");
+        assert_eq!(msg(T.remove(a)), gone, "double remove");
+        assert_eq!(msg(T.get(a)), gone, "use after remove");
+        let b = T.insert(Arc::new(42));
+        assert_eq!(b & 0xFFFF_FFFF, a & 0xFFFF_FFFF, "the slot is reused");
+        assert_eq!(
+            msg(T.get(a)),
+            gone,
+            "still named while the slot holds the next object"
+        );
+        T.remove(b).expect("remove");
+        assert_eq!(
+            msg(T.get(a)),
+            format!("umdBuffer handle 0x{a:016x} was destroyed."),
+            "the next removal kept the next object"
+        );
+        assert!(msg(T.get(b)).ends_with("was destroyed: it was object 42 (kept 7)."));
+        assert!(msg(T.get(b + (1 << 32)))
+            .ends_with("was never valid (no object was ever created with it)."));
     }
 }

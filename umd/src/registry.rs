@@ -5,7 +5,7 @@ use crate::cmdbuf::CmdBuf;
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::UmdResult;
-use crate::handle::{Kind, Table};
+use crate::handle::{Kind, Table, Tombstone};
 use crate::memory::Buffer;
 use std::sync::OnceLock;
 
@@ -13,8 +13,15 @@ use std::sync::OnceLock;
 pub static DEVICES: Table<Device> = Table::new(Kind::Device);
 /// Live contexts.
 pub static CONTEXTS: Table<Context> = Table::new(Kind::Context);
-/// Live buffers.
-pub static BUFFERS: Table<Buffer> = Table::new(Kind::Buffer);
+/// Live buffers; a destroyed buffer's handle says which buffer it was, where it was allocated
+/// and where it was freed (`umdMemFree` twice, a use after free).
+pub static BUFFERS: Table<Buffer> = Table::with_tombstone(
+    Kind::Buffer,
+    Tombstone {
+        keep: Buffer::tombstone,
+        describe: Buffer::describe_tombstone,
+    },
+);
 /// Live command buffers.
 pub static CMDBUFS: Table<CmdBuf> = Table::new(Kind::CmdBuf);
 

@@ -93,6 +93,17 @@ pub struct Buffer {
 }
 
 impl Buffer {
+    /// What the handle table keeps of a destroyed buffer for the error of a later use of its
+    /// handle (`crate::registry::BUFFERS`): its VA and id.
+    pub fn tombstone(&self) -> [u64; 2] {
+        [self.va, self.id]
+    }
+
+    /// The destroyed buffer a tombstone names, with where it was allocated and freed.
+    pub fn describe_tombstone(kept: [u64; 2]) -> Option<String> {
+        pool::describe_freed(kept[0], kept[1])
+    }
+
     /// Allocates `size` bytes on `ctx`'s device.
     #[track_caller]
     pub fn alloc(ctx: &Context, size: u64, flags: u32) -> UmdResult<Buffer> {

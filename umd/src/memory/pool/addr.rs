@@ -39,6 +39,29 @@ impl Pool {
     }
 }
 
+/// "buffer 12 (512 bytes at VA 0x200000, allocated on context 3 at ...), freed 4 ms ago at ...":
+/// the freed buffer `buffer` that started at `va`, from the ghosts of every open device's pool
+/// (a destroyed buffer handle's error, `crate::registry::BUFFERS`); once its memory has been
+/// handed out again, which buffer has it now; None when no pool knows the address.
+pub fn describe_freed(va: u64, buffer: u64) -> Option<String> {
+    let pools: Vec<Arc<Pool>> = pools().clone();
+    let mut reused = None;
+    for p in &pools {
+        match p.classify(va) {
+            AddrInfo::Freed(g) if g.buffer == buffer => return Some(g.describe()),
+            AddrInfo::Live { buffer: now, .. } | AddrInfo::Interior { buffer: now, .. }
+                if now != buffer =>
+            {
+                reused = Some(now)
+            }
+            _ => {}
+        }
+    }
+    reused.map(|now| {
+        format!("buffer {buffer} at VA {va:#x}, freed; its memory has been allocated again since (buffer {now})")
+    })
+}
+
 impl Inner {
     /// Block `id` as validation sees it: a delegated block's live fields and state come from its
     /// cache slot (Live, or Free with the ghost of its last buffer).

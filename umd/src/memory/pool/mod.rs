@@ -17,6 +17,7 @@
 //! on each, which is what gates their reuse.
 
 mod addr;
+pub use addr::describe_freed;
 mod alloc;
 pub mod block;
 mod cache;
