@@ -92,11 +92,5 @@ pub enum AddrInfo {
 
 /// CLOCK_MONOTONIC_COARSE in ns (a few ns: good enough for ages and "freed N ms ago").
 pub fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; the clock exists on every Linux since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::error::detail::clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
