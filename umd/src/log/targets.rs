@@ -50,6 +50,7 @@ pub const MODULES: &[&str] = &[
     "umd::log::lane",
     "umd::log::limit",
     "umd::log::record",
+    "umd::log::record::packed",
     "umd::log::ring",
     "umd::log::rotate",
     "umd::log::signals",
