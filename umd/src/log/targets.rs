@@ -55,6 +55,7 @@ pub const MODULES: &[&str] = &[
     "umd::log::rotate",
     "umd::log::signals",
     "umd::log::story",
+    "umd::log::subscriber",
     "umd::log::targets",
     "umd::log::writer",
     "umd::log::writer::file",
