@@ -1,7 +1,7 @@
 //! The `umdResult` codes: one table, from which the C enum, the names, the messages and the
 //! caller actions are all generated, so they cannot drift apart.
 //!
-//! Rules (design §4, seed 000 §2): 0 is success, negative values are errors, positive values are
+//! Rules (docs/libumd.md, "Results"): 0 is success, negative values are errors, positive values are
 //! non-error statuses. Values are assigned by domain range and are frozen once released: never
 //! reused, never re-meant. `umd/errors.golden` lists every released `NAME = value`; the test
 //! `tests/error_codes_golden.rs` fails if one changes or disappears.

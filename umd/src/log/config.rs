@@ -121,7 +121,7 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<(String, &'
     v
 }
 
-/// Default file size limit (seed 000 §3.2: 128 MB).
+/// Default file size limit (128 MB; docs/logging.md, "Sinks and files").
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 128 << 20;
 /// Default number of files kept.
 pub(crate) const DEFAULT_MAX_FILES: u32 = 5;

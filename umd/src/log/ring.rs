@@ -3,9 +3,9 @@
 //! A ring of N fixed-size slots allocated once at initialisation. Every WARN-and-worse event is
 //! formatted on the calling thread into a stack buffer (no allocation) and copied into the next
 //! slot; the queue and the writer thread are not involved, so the ring keeps the last N
-//! critical records even when the pipeline is broken (queue full, writer stuck, disk full). The
-//! seed article's lesson (5.2): when the device was lost the log buffer write failed too and
-//! the error detail was gone; a pre-allocated emergency channel keeps at least the last screen.
+//! critical records even when the pipeline is broken (queue full, writer stuck, disk full): when
+//! the device is lost and the regular log cannot be written, this pre-allocated channel still
+//! keeps the last screen of what went wrong (docs/logging.md, "Emergency ring and black box").
 //!
 //! Each slot is a small seqlock: a writer makes the sequence odd, copies, makes it even again;
 //! a reader (the dump) skips a slot that is odd or changed while it was copied. The dump uses
