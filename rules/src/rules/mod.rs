@@ -1,6 +1,7 @@
 //! The aigpu driver's rules, written once for aigpu.ko and the simulator backend.
 //!
-//! Every decision both drivers make the same way lives here: the errno that goes with each
+//! Every decision both drivers make the same way lives here: the state each keeps per context
+//! and every change to it ([`context`]), the errno that goes with each
 //! reason ([`refusal`]), the UAPI's `flags` fields as types ([`flags`]), the checks of a submit and its packet stream ([`submit`]), what an
 //! in-fence means ([`fence`]), which hardware queue a context gets and which address-space slot a
 //! file may take ([`queue`]), ring arithmetic ([`ring`]), who is guilty of a fault and what an
@@ -18,6 +19,7 @@
 //! no floating point, no panics on any input, the contract referred to only as `crate::uapi::...`
 //! and sibling files as `super::x`.
 
+pub mod context;
 pub mod fence;
 pub mod flags;
 pub mod names;
@@ -29,5 +31,6 @@ pub mod ring;
 pub mod submit;
 pub mod vm;
 
+pub use context::Context;
 pub use fence::{Ban, FaultInfo, Producer};
 pub use refusal::Refusal;
