@@ -11,7 +11,8 @@
 //! ([`Context::live`]), until its last job leaves the ring: until then the device may still
 //! write its fence slot, and a reset resubmits its jobs like any innocent context's (docs/kmd.md,
 //! "Submission, fences and waits", CTX_DESTROY). Freeing it earlier would hand its fence slot to
-//! a new context while the old jobs can still write it.
+//! a new context while the old jobs can still write it; for the same reason a slot is not handed
+//! out while a queued `WAIT` of another context reads it ([`FenceSlots`]).
 
 use super::fence::{self, CtxView, FaultInfo, Producer};
 use super::recovery::RecentJobs;
@@ -190,6 +191,62 @@ impl Context {
     }
 }
 
+/// One fence slot (a u64 of the fence page) as the driver hands it out: whether a context owns
+/// it, and how many `WAIT` descriptors in a ring read it. A slot is handed out again only when it
+/// has neither: a destroyed context's jobs may still write it (it stays owned until the context
+/// is freed, [`Context::job_left`]), and a queued `WAIT` of another context may still read it
+/// (the new owner sets it to 0, on which that `WAIT` would stall, or which a later job of the new
+/// owner would satisfy for the wrong producer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FenceSlot {
+    owned: bool,
+    watchers: u32,
+}
+
+/// The fence slots of a device (`super::ring::FENCE_SLOTS` of them), in the driver's own
+/// container.
+pub trait FenceSlots {
+    /// A slot with no owner and no watcher, now owned (the lowest such); `None`: every slot is
+    /// in use (`DEVICE_CTX_LIMIT`).
+    fn take_free(&mut self) -> Option<u32>;
+    /// Its context was freed; the slot is free once no `WAIT` reads it.
+    fn release(&mut self, slot: u32);
+    /// A `WAIT` descriptor reading it was written into a ring.
+    fn watch(&mut self, slot: u32);
+    /// Such a `WAIT` left its ring (its job retired or was dropped, or a reset left the
+    /// satisfied `WAIT` out).
+    fn unwatch(&mut self, slot: u32);
+}
+
+impl FenceSlots for [FenceSlot] {
+    fn take_free(&mut self) -> Option<u32> {
+        let (i, s) = self
+            .iter_mut()
+            .enumerate()
+            .find(|(_, s)| !s.owned && s.watchers == 0)?;
+        s.owned = true;
+        u32::try_from(i).ok()
+    }
+
+    fn release(&mut self, slot: u32) {
+        if let Some(s) = self.get_mut(slot as usize) {
+            s.owned = false;
+        }
+    }
+
+    fn watch(&mut self, slot: u32) {
+        if let Some(s) = self.get_mut(slot as usize) {
+            s.watchers = s.watchers.saturating_add(1);
+        }
+    }
+
+    fn unwatch(&mut self, slot: u32) {
+        if let Some(s) = self.get_mut(slot as usize) {
+            s.watchers = s.watchers.saturating_sub(1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +381,36 @@ mod tests {
         assert!(
             !live.job_left(),
             "a live context is freed only by a destroy"
+        );
+    }
+
+    #[test]
+    fn a_fence_slot_is_handed_out_again_only_without_owner_and_watchers() {
+        let mut slots = [FenceSlot::default(); 3];
+        let slots = &mut slots[..];
+        assert_eq!(slots.take_free(), Some(0));
+        assert_eq!(slots.take_free(), Some(1));
+        slots.watch(0);
+        slots.watch(0);
+        slots.release(0);
+        assert_eq!(slots.take_free(), Some(2), "0 is still read by two WAITs");
+        assert_eq!(slots.take_free(), None);
+        slots.unwatch(0);
+        assert_eq!(slots.take_free(), None);
+        slots.unwatch(0);
+        assert_eq!(slots.take_free(), Some(0), "its last WAIT left the ring");
+        slots.watch(1);
+        slots.unwatch(1);
+        assert_eq!(slots.take_free(), None, "1 is still owned");
+        slots.release(1);
+        assert_eq!(slots.take_free(), Some(1));
+        slots.release(7);
+        slots.watch(7);
+        slots.unwatch(7);
+        assert_eq!(
+            slots.take_free(),
+            None,
+            "an out-of-range slot changes nothing"
         );
     }
 

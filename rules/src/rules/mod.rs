@@ -31,6 +31,6 @@ pub mod ring;
 pub mod submit;
 pub mod vm;
 
-pub use context::Context;
+pub use context::{Context, FenceSlot, FenceSlots};
 pub use fence::{Ban, FaultInfo, Producer};
 pub use refusal::Refusal;

@@ -8,18 +8,28 @@ use super::gpu::{lock, Gpu, Job, SimClock, State};
 use super::physmem::SharedMem;
 use rules::recovery::{self, Blame, JobView, WaitFate};
 use rules::report::{HangFacts, QueueActivity};
-use rules::{Ban, FaultInfo};
+use rules::{Ban, FaultInfo, FenceSlots};
 use std::time::{Duration, Instant};
-use uapi::ioctl::{RESET_GUILTY, RESET_INNOCENT, RESET_NONE};
 use uapi::regs;
 use vgpu::model::{Device, Step};
 
 type Dev = Device<SharedMem, SimClock>;
 
-/// A job left its ring (retired or dropped): the file's in-flight count.
+/// A job left its ring (retired or dropped): the file's and the context's in-flight counts; a
+/// destroyed context goes with its last job (`rules::Context::job_left`).
 fn job_gone(st: &mut State, job: &Job) {
     if let Some(c) = st.clients.get_mut(&job.file) {
         c.inflight = c.inflight.saturating_sub(1);
+    }
+    if st
+        .contexts
+        .get_mut(&job.ctx)
+        .is_some_and(|c| c.state.job_left())
+    {
+        super::gpu::free_ctx(st, job.ctx);
+    }
+    for &(_, slot, _) in &job.deps {
+        st.fence_slots.unwatch(slot);
     }
 }
 
@@ -46,7 +56,7 @@ impl Gpu {
                     st.queues[qi].done += 1;
                     let ran = st.queues[qi].runs.completed(job.submitted_ns, now);
                     if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                        c.recent.push(recovery::ms_between(0, ran));
+                        c.state.recent.push(recovery::ms_between(0, ran));
                     }
                     job_gone(st, &job);
                 }
@@ -54,13 +64,11 @@ impl Gpu {
         }
         let fence_page = self.fence_page;
         for c in st.contexts.values_mut() {
-            if c.ban.is_some() {
-                continue; // a banned context's fence no longer means completion
-            }
-            if let Some(v) = self.mem.read_u64(fence_page + 8 * c.fence_slot as u64) {
-                if v > c.completed && v <= c.submitted {
-                    c.completed = v;
-                }
+            if let Some(v) = self
+                .mem
+                .read_u64(fence_page + 8 * c.state.fence_slot as u64)
+            {
+                c.state.fence_read(v);
             }
         }
     }
@@ -144,8 +152,7 @@ impl Gpu {
             "{msg}"
         );
         if let Some(c) = blame.guilty().and_then(|g| st.contexts.get_mut(&g.ctx)) {
-            c.ban = Some(Ban::Fault(info));
-            c.reset_status = RESET_GUILTY;
+            c.state.guilty(Ban::Fault(info));
         }
         self.recover(st, d);
     }
@@ -181,7 +188,7 @@ impl Gpu {
             timeout_source: self.cfg.job_timeout_source,
             recent: the_job
                 .and_then(|j| st.contexts.get(&j.ctx))
-                .map_or_else(Default::default, |c| c.recent),
+                .map_or_else(Default::default, |c| c.state.recent),
         }
     }
 
@@ -259,8 +266,7 @@ impl Gpu {
         );
         if let Some(g) = guilty {
             if let Some(c) = st.contexts.get_mut(&g.ctx) {
-                c.ban = Some(Ban::Hang);
-                c.reset_status = RESET_GUILTY;
+                c.state.guilty(Ban::Hang);
             }
         }
         self.recover(&mut st, &mut d);
@@ -278,9 +284,9 @@ impl Gpu {
                 let Some(consumer) = st.contexts.get(&job.ctx) else {
                     continue;
                 };
-                let found = job.deps.iter().find_map(|&(p, v)| {
-                    let producer = st.contexts.get(&p).map(|c| c.producer());
-                    recovery::consumer_ban(consumer.ban, p, producer, v).map(|b| (p, v, b))
+                let found = job.deps.iter().find_map(|&(p, _, v)| {
+                    let producer = st.contexts.get(&p).map(|c| c.state.producer());
+                    recovery::consumer_ban(consumer.state.ban, p, producer, v).map(|b| (p, v, b))
                 });
                 if let Some((p, v, b)) = found {
                     bans.push((job.ctx, job.seqno, p, v, b));
@@ -290,17 +296,17 @@ impl Gpu {
                 return;
             }
             for (ctx, seqno, producer, producer_seqno, ban) in bans {
-                let cause = match st.contexts.get(&producer).and_then(|c| c.ban) {
+                let cause = match st.contexts.get(&producer).and_then(|c| c.state.ban) {
                     Some(b) => b,
                     None => continue,
                 };
                 let Some(c) = st.contexts.get_mut(&ctx) else {
                     continue;
                 };
-                if c.ban.is_some() {
+                if c.state.ban.is_some() {
                     continue;
                 }
-                c.ban = Some(ban);
+                c.state.ban = Some(ban);
                 tracing::error!(
                     device = self.index,
                     kmd_ctx = ctx,
@@ -334,16 +340,17 @@ impl Gpu {
             st.queues[qi].clock.reset();
             st.queues[qi].runs.restart(crate::error::detail::mono_ns());
             for mut job in jobs {
-                let keep = st.contexts.get(&job.ctx).is_some_and(|c| c.ban.is_none());
+                let keep = st
+                    .contexts
+                    .get(&job.ctx)
+                    .is_some_and(|c| c.state.ban.is_none());
                 if !keep {
                     job_gone(st, &job);
                     dropped += 1;
                     continue;
                 }
                 if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                    if c.reset_status == RESET_NONE {
-                        c.reset_status = RESET_INNOCENT;
-                    }
+                    c.state.resubmitted();
                 }
                 // Waits that are satisfied are left out; none fails here (propagation above
                 // banned every job that had one).
@@ -351,13 +358,15 @@ impl Gpu {
                 let (mut descs, mut deps) = (Vec::new(), Vec::new());
                 for desc in job.descs.iter() {
                     if desc.kind == uapi::ring::DESC_WAIT {
-                        let (p, v) = job.deps.get(k).copied().unwrap_or((0, 0));
+                        let (p, slot, v) = job.deps.get(k).copied().unwrap_or((0, 0, 0));
                         k += 1;
-                        let producer = st.contexts.get(&p).map(|c| c.producer());
+                        let producer = st.contexts.get(&p).map(|c| c.state.producer());
                         if recovery::wait_fate(p, producer, v) != WaitFate::Keep {
+                            // Left out of the ring: it no longer reads the slot.
+                            st.fence_slots.unwatch(slot);
                             continue;
                         }
-                        deps.push((p, v));
+                        deps.push((p, slot, v));
                     }
                     descs.push(*desc);
                 }
