@@ -3,7 +3,7 @@
 //! `rules::report`'s, the same code aigpu.ko prints them with.
 
 use super::gpu::{lock, Gpu};
-use rules::report::{Owner, QueueLine};
+use rules::report::Owner;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use uapi::regs;
@@ -45,16 +45,12 @@ impl Gpu {
         let mut out = String::new();
         for (qi, q) in st.queues.iter().enumerate() {
             let b = regs::queue_base(qi);
-            let line = QueueLine {
-                queue: qi,
-                state: d.mmio_read32(b + regs::Q_STATE),
-                head: d.mmio_read32(b + regs::Q_HEAD),
-                cur_job: d.mmio_read64(b + regs::Q_CUR_JOB),
-                tail: q.tail,
-                inflight: q.inflight.len(),
-                done: q.done,
-                busy_pct: q.busy.pct(now),
-            };
+            let device = (
+                d.mmio_read32(b + regs::Q_STATE),
+                d.mmio_read32(b + regs::Q_HEAD),
+                d.mmio_read64(b + regs::Q_CUR_JOB),
+            );
+            let line = q.state.line(qi, q.inflight.len(), now, device);
             let _ = writeln!(out, "{line}");
         }
         out

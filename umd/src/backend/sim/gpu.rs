@@ -14,6 +14,10 @@ use super::physmem::{PhysRegion, SharedMem};
 use super::sleep::Woke;
 use crate::backend::{KmdError, KmdResult};
 use rules::fence::{self, InFence, Producer};
+use rules::job::FenceWait;
+use rules::program::{self, Registers};
+use rules::queue::HwQueue;
+use rules::recovery::JobView;
 use rules::ring::{FENCE_SLOTS, RING_ENTRIES};
 use rules::{Ban, Context, FenceSlot, FenceSlots, Refusal};
 use std::collections::{HashMap, VecDeque};
@@ -46,31 +50,15 @@ pub struct Ctx {
     pub state: Context,
 }
 
-pub(super) struct Job {
-    pub(super) id: u64,
-    pub(super) ctx: u32,
-    pub(super) file: u64,
-    pub(super) seqno: u64,
-    pub(super) descs: Vec<Desc>,
-    /// For each `WAIT` descriptor, in order: the producer context, its fence slot (watched
-    /// while the `WAIT` is in a ring, `rules::FenceSlots`) and the fence value.
-    pub(super) deps: Vec<(u32, u32, u64)>,
-    /// Ring index one past the job's last descriptor.
-    pub(super) end: u32,
-    /// When it was submitted (`mono_ns`), for its run time (`rules::recovery::RunTimes`).
-    pub(super) submitted_ns: u64,
-}
+/// One job in a ring (`rules::job::Job`, as aigpu.ko keeps it), in this driver's vectors.
+pub(super) type Job = rules::job::Job<Vec<Desc>, Vec<FenceWait>>;
 
+/// One hardware queue: the state both drivers keep (`rules::queue::HwQueue`: tail, watchdog
+/// clock, busy samples, run times, jobs retired), its ring's address and its jobs in ring order.
 pub(super) struct Queue {
     pub(super) ring_pa: u64,
-    pub(super) tail: u32,
+    pub(super) state: HwQueue,
     pub(super) inflight: VecDeque<Job>,
-    pub(super) clock: rules::recovery::JobClock,
-    pub(super) busy: rules::recovery::BusySamples,
-    /// When each job started and ended (the contexts' recent run times).
-    pub(super) runs: rules::recovery::RunTimes,
-    /// Jobs completed on this queue.
-    pub(super) done: u64,
 }
 
 /// Counters shown by tools and tests.
@@ -173,6 +161,19 @@ pub struct Gpu {
     pub(super) publisher: Option<super::publish::Publisher>,
 }
 
+/// The device model's registers, as `rules::program` writes them.
+pub(super) struct Mmio<'a>(pub(super) &'a mut Device<SharedMem, SimClock>);
+
+impl Registers for Mmio<'_> {
+    fn write32(&mut self, offset: usize, value: u32) {
+        self.0.mmio_write32(offset, value);
+    }
+
+    fn write64(&mut self, offset: usize, value: u64) {
+        self.0.mmio_write64(offset, value);
+    }
+}
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a lock is caught at the C ABI and reported; the data is still
     // consistent enough to keep failing cleanly, so poisoning is not propagated.
@@ -217,12 +218,8 @@ impl Gpu {
                 .ok_or("no memory for rings")?;
             queues.push(Queue {
                 ring_pa,
-                tail: 0,
+                state: HwQueue::default(),
                 inflight: VecDeque::new(),
-                clock: Default::default(),
-                busy: Default::default(),
-                runs: Default::default(),
-                done: 0,
             });
         }
         let dev = Device::new(SharedMem(mem.clone()), SimClock(Instant::now()));
@@ -279,33 +276,18 @@ impl Gpu {
         Ok(gpu)
     }
 
-    /// Programs IRQ mask, debug control, the address-space slots and every ring (after start
-    /// and after a reset).
+    /// Programs the device (`rules::program`: IRQ mask, debug control, the files' address-space
+    /// slots, every ring) after start and after a reset. Unlike aigpu.ko the simulator has no
+    /// address space of its own (aigpu.ko's serves its debugfs `inject_hang` /
+    /// `inject_page_fault` packets, which libumd does not reach: `Backend::debug_inject`), and
+    /// so no injected HANG that would need `DEBUG_CTRL.HANG` without hang debugging.
     pub(super) fn program(&self, d: &mut Device<SharedMem, SimClock>, st: &State) {
-        d.mmio_write32(regs::IRQ_MASK, regs::IRQ_ALL);
-        d.mmio_write32(
-            regs::DEBUG_CTRL,
-            if self.cfg.hang_debug {
-                regs::DEBUG_CTRL_HANG
-            } else {
-                0
-            },
-        );
-        for (s, owner) in st.as_slots.iter().enumerate() {
-            if let Some(c) = owner.and_then(|o| st.clients.get(&o)) {
-                d.mmio_write64(regs::as_pt_base(s), c.pt_root);
-                d.mmio_write32(regs::as_config(s), regs::AS_ENABLED);
-            }
-        }
-        for (q, queue) in st.queues.iter().enumerate() {
-            let b = regs::queue_base(q);
-            d.mmio_write64(b + regs::Q_RING_BASE, queue.ring_pa);
-            d.mmio_write32(b + regs::Q_RING_SIZE, RING_ENTRIES);
-            d.mmio_write32(
-                b + regs::Q_CTRL,
-                regs::Q_CTRL_ENABLE | (rules::queue::queue_priority(q) << regs::Q_CTRL_PRIO_SHIFT),
-            );
-        }
+        let spaces = st.as_slots.iter().enumerate().filter_map(|(s, owner)| {
+            let c = owner.and_then(|o| st.clients.get(&o))?;
+            Some((s, c.pt_root))
+        });
+        let rings = st.queues.iter().map(|q| q.ring_pa);
+        program::program(&mut Mmio(d), self.cfg.hang_debug, spaces, rings);
     }
 
     /// The KMD state (lock order: state before device).
@@ -402,7 +384,7 @@ impl Gpu {
         let slot = st.clients.remove(&file).and_then(|c| c.slot);
         if let Some(s) = slot {
             st.as_slots[s] = None;
-            lock(&self.dev).mmio_write32(regs::as_config(s), 0);
+            program::unbind_space(&mut Mmio(&mut lock(&self.dev)), s);
         }
         let closed = st.clients.is_empty();
         drop(st);
@@ -511,9 +493,7 @@ impl Gpu {
             c.slot = Some(s);
             c.pt_root
         });
-        let mut d = lock(&self.dev);
-        d.mmio_write64(regs::as_pt_base(s), pt_root);
-        d.mmio_write32(regs::as_config(s), regs::AS_ENABLED);
+        program::bind_space(&mut Mmio(&mut lock(&self.dev)), s, pt_root);
         Some(s)
     }
 
@@ -556,17 +536,17 @@ impl Gpu {
                             value: f.seqno,
                             ..Desc::default()
                         });
-                        deps.push((f.ctx_id, slot, f.seqno));
+                        deps.push(FenceWait {
+                            ctx: f.ctx_id,
+                            slot,
+                            value: f.seqno,
+                        });
                     }
                 }
             }
             let q = &st.queues[queue];
-            let head = q
-                .inflight
-                .front()
-                .map(|j| j.end.wrapping_sub(j.descs.len() as u32))
-                .unwrap_or(q.tail);
-            let ring_ok = rules::ring::fits(head, q.tail, descs.len() + cmdbufs.len());
+            let head = q.inflight.front().map(|j| j.start).unwrap_or(q.state.tail);
+            let ring_ok = rules::ring::fits(head, q.state.tail, descs.len() + cmdbufs.len());
             let slot = if ring_ok {
                 self.ensure_slot(&mut st, file)
             } else {
@@ -618,22 +598,25 @@ impl Gpu {
         if let Some(c) = st.contexts.get_mut(&ctx_id) {
             c.state.queued(seqno);
         }
-        for &(_, slot, _) in &deps {
-            st.fence_slots.watch(slot);
+        for w in &deps {
+            st.fence_slots.watch(w.slot);
         }
         st.counters.jobs += 1;
         if let Some(c) = st.clients.get_mut(&file) {
             c.jobs += 1;
             c.inflight += 1;
         }
-        let end = self.write_ring(&mut st, queue, &descs);
+        let (start, end) = self.write_ring(&mut st, queue, &descs);
         st.queues[queue].inflight.push_back(Job {
-            id: job_id,
-            ctx: ctx_id,
+            view: JobView {
+                id: job_id,
+                ctx: ctx_id,
+                seqno,
+            },
             file,
-            seqno,
             descs,
             deps,
+            start,
             end,
             submitted_ns: crate::error::detail::mono_ns(),
         });
@@ -651,22 +634,20 @@ impl Gpu {
         Ok(seqno)
     }
 
-    /// Writes descriptors at the queue's tail; returns the new tail.
-    pub(super) fn write_ring(&self, st: &mut State, queue: usize, descs: &[Desc]) -> u32 {
+    /// Writes descriptors at the queue's tail; returns the first one's index and the new tail.
+    pub(super) fn write_ring(&self, st: &mut State, queue: usize, descs: &[Desc]) -> (u32, u32) {
         let q = &mut st.queues[queue];
+        let start = q.state.tail;
         for d in descs {
-            let pa = q.ring_pa + (q.tail % RING_ENTRIES) as u64 * DESC_SIZE as u64;
+            let pa = q.ring_pa + (q.state.tail % RING_ENTRIES) as u64 * DESC_SIZE as u64;
             let _ = vgpu::model::PhysMem::write(&*self.mem, pa, &d.to_bytes());
-            q.tail = q.tail.wrapping_add(1);
+            q.state.tail = q.state.tail.wrapping_add(1);
         }
-        q.tail
+        (start, q.state.tail)
     }
 
     fn ring_doorbell(&self, queue: usize, tail: u32) {
-        let mut d = lock(&self.dev);
-        let b = regs::queue_base(queue);
-        d.mmio_write32(b + regs::Q_TAIL, tail);
-        d.mmio_write32(b + regs::Q_DOORBELL, 1);
+        program::doorbell(&mut Mmio(&mut lock(&self.dev)), queue, tail);
     }
 
     /// Sleeps until `seqno` on the context completes, the deadline passes, the context is lost
