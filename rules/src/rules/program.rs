@@ -73,6 +73,7 @@ pub fn doorbell(r: &mut impl Registers, queue: usize, tail: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uapi::ioctl::{PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL};
 
     /// Records the writes (offset, value, width).
     struct Log {
@@ -106,7 +107,6 @@ mod tests {
         let mut log = Log::new();
         let rings = [0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000];
         program(&mut log, true, [(15, 0x9000), (2, 0x5000)], rings);
-        let (q0, q3) = (regs::queue_base(0), regs::queue_base(3));
         let prio = |p: u32| u64::from(regs::Q_CTRL_ENABLE | (p << regs::Q_CTRL_PRIO_SHIFT));
         let w = log.writes();
         assert_eq!(w.len(), 2 + 2 * 2 + 4 * 3);
@@ -121,30 +121,19 @@ mod tests {
                 (regs::as_config(2), regs::AS_ENABLED.into(), 32),
             ]
         );
-        assert_eq!(
-            w[6..9],
-            [
-                (q0 + regs::Q_RING_BASE, 0x10_0000, 64),
-                (q0 + regs::Q_RING_SIZE, RING_ENTRIES.into(), 32),
-                (
-                    q0 + regs::Q_CTRL,
-                    prio(crate::uapi::ioctl::PRIORITY_HIGH),
-                    32
-                ),
-            ]
-        );
-        assert_eq!(
-            w[15..],
-            [
-                (q3 + regs::Q_RING_BASE, 0x40_0000, 64),
-                (q3 + regs::Q_RING_SIZE, RING_ENTRIES.into(), 32),
-                (
-                    q3 + regs::Q_CTRL,
-                    prio(crate::uapi::ioctl::PRIORITY_LOW),
-                    32
-                ),
-            ]
-        );
+        let priorities = [
+            PRIORITY_HIGH,
+            PRIORITY_NORMAL,
+            PRIORITY_NORMAL,
+            PRIORITY_LOW,
+        ];
+        for (q, (base, p)) in rings.into_iter().zip(priorities).enumerate() {
+            let b = regs::queue_base(q);
+            let ring = (b + regs::Q_RING_BASE, base, 64);
+            let size = (b + regs::Q_RING_SIZE, RING_ENTRIES.into(), 32);
+            let ctrl = (b + regs::Q_CTRL, prio(p), 32);
+            assert_eq!(w[6 + 3 * q..9 + 3 * q], [ring, size, ctrl], "queue {q}");
+        }
     }
 
     #[test]
