@@ -14,7 +14,7 @@ use super::physmem::{PhysRegion, SharedMem};
 use super::sleep::Woke;
 use crate::backend::{KmdError, KmdResult};
 use rules::fence::{self, InFence, Producer};
-use rules::job::FenceWait;
+use rules::job::{FenceWait, Job as SharedJob};
 use rules::program::{self, Registers};
 use rules::queue::HwQueue;
 use rules::recovery::JobView;
@@ -51,7 +51,9 @@ pub struct Ctx {
 }
 
 /// One job in a ring (`rules::job::Job`, as aigpu.ko keeps it), in this driver's vectors.
-pub(super) type Job = rules::job::Job<Vec<Desc>, Vec<FenceWait>>;
+/// (Named `SharedJob` here: cbindgen, which reads this crate for `include/umd.h`, resolves a
+/// path by its last name and would take `rules::job::Job` for this alias itself.)
+pub(super) type Job = SharedJob<Vec<Desc>, Vec<FenceWait>>;
 
 /// One hardware queue: the state both drivers keep (`rules::queue::HwQueue`: tail, watchdog
 /// clock, busy samples, run times, jobs retired), its ring's address and its jobs in ring order.
