@@ -27,7 +27,6 @@ use kernel::{
 use crate::{
     dump,
     gpu::Gpu,
-    rules::report::{ContextLine, QueueLine},
     text::Text,
     tprint,
     uapi::{regs, version},
@@ -319,7 +318,7 @@ fn status(gpu: &Gpu, out: &mut Text) {
     let dumps = gpu.dumps.lock().total;
     let st = gpu.sched_retired();
     let c = st.counters;
-    let contexts = st.contexts.values().filter(|c| !c.zombie).count();
+    let contexts = st.contexts.values().filter(|c| c.state.live()).count();
     tprint!(
         out,
         "device={} state={} uapi={}.{} driver={}.{}.{} hw=1.0 mem_total={} mem_used={} clients={} contexts={} jobs={} faults={} hangs={} resets={} job_timeout_ms={} hang_debug={} crashdumps={} irqs={} irqs_direct={} irqs_lazy={} steps={} busy_us={}\n",
@@ -354,24 +353,19 @@ fn queues(gpu: &Gpu, out: &mut Text) {
     let now = crate::hw::mono_ns();
     for (qi, q) in st.queues.iter().enumerate() {
         let b = regs::queue_base(qi);
-        let line = QueueLine {
-            queue: qi,
-            state: gpu.hw.read32(b + regs::Q_STATE),
-            head: gpu.hw.read32(b + regs::Q_HEAD),
-            cur_job: gpu.hw.read64(b + regs::Q_CUR_JOB),
-            tail: q.tail,
-            inflight: q.jobs.len(),
-            done: q.done,
-            busy_pct: q.busy.pct(now),
-        };
-        tprint!(out, "{}\n", line);
+        let device = (
+            gpu.hw.read32(b + regs::Q_STATE),
+            gpu.hw.read32(b + regs::Q_HEAD),
+            gpu.hw.read64(b + regs::Q_CUR_JOB),
+        );
+        tprint!(out, "{}\n", q.state.line(qi, q.jobs.len(), now, device));
     }
 }
 
 fn clients(gpu: &Gpu, out: &mut Text) {
     let st = gpu.sched_retired();
     for (id, c) in st.clients.iter() {
-        let contexts = st.contexts.values().filter(|x| x.client == *id && !x.zombie).count();
+        let contexts = st.contexts.values().filter(|x| x.client == *id && x.state.live()).count();
         tprint!(
             out,
             "client={} pid={} comm={} mem={} objects={} mappings={} contexts={} jobs={} busy_ns={}\n",
@@ -391,19 +385,7 @@ fn clients(gpu: &Gpu, out: &mut Text) {
 fn contexts(gpu: &Gpu, out: &mut Text) {
     let st = gpu.sched_retired();
     for (id, c) in st.contexts.iter() {
-        let line = ContextLine {
-            id: *id,
-            client: c.client,
-            owner: Gpu::owner_of(&st, *id),
-            queue: c.queue,
-            priority: c.priority,
-            submitted: c.submitted,
-            completed: c.completed,
-            reset_status: c.reset_status,
-            ban: c.ban,
-            destroyed: c.zombie,
-        };
-        tprint!(out, "{}\n", line);
+        tprint!(out, "{}\n", c.state.line(*id, c.client, Gpu::owner_of(&st, *id)));
     }
 }
 

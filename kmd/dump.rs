@@ -107,15 +107,15 @@ pub(crate) fn build(
         Some(f) => f.offset,
         None => u64::from(hw.read32(qb + regs::Q_CUR_OFFSET)),
     };
-    let the_job = st.queues.get(queue).and_then(|q| q.jobs.iter().find(|j| j.id == job));
-    let ctx_id = the_job.map_or(0, |j| j.ctx);
+    let the_job = st.queues.get(queue).and_then(|q| q.jobs.iter().find(|j| j.view.id == job));
+    let ctx_id = the_job.map_or(0, |j| j.view.ctx);
     let ctx = st.contexts.get(&ctx_id);
-    let client = the_job.and_then(|j| st.clients.get(&j.client));
+    let client = the_job.and_then(|j| st.clients.get(&j.file));
 
     let mut time = Text::new();
     let mut t = header(gpu, seq, kind, &mut time);
     match (the_job, client) {
-        (Some(j), Some(c)) => tprint!(&mut t, "process pid={} comm={} client={}\n", c.pid, c.comm, j.client),
+        (Some(j), Some(c)) => tprint!(&mut t, "process pid={} comm={} client={}\n", c.pid, c.comm, j.file),
         _ => tprint!(&mut t, "process pid=0 comm=? client=0\n"),
     }
     if let Some(c) = ctx {
@@ -136,7 +136,7 @@ pub(crate) fn build(
     } else if let Some(h) = hang {
         tprint!(&mut t, "hang job={} {}\n", job, h);
     }
-    let tail = st.queues.get(queue).map_or(0, |q| q.tail);
+    let tail = st.queues.get(queue).map_or(0, |q| q.state.tail);
     let ring_base = gpu.rings.get(queue).map_or(0, |r| {
         #[allow(clippy::useless_conversion)]
         u64::from(r.dma_address())
@@ -177,8 +177,8 @@ pub(crate) fn build(
             tprint!(
                 &mut t,
                 "job id={} seqno={} cmdbuf={} va={:#x} size={}{}\n",
-                j.id,
-                j.seqno,
+                j.view.id,
+                j.view.seqno,
                 n,
                 d.cmd_va,
                 d.cmd_size,
@@ -232,7 +232,7 @@ pub(crate) fn build(
                 walk_va = Some(d.cmd_va + cur_offset);
             }
         } else {
-            tprint!(&mut t, "job id={} seqno={} descriptor={} (not a command buffer)\n", j.id, j.seqno, idx);
+            tprint!(&mut t, "job id={} seqno={} descriptor={} (not a command buffer)\n", j.view.id, j.view.seqno, idx);
         }
     }
     if let Some(va) = walk_va {
@@ -266,7 +266,7 @@ fn next_seq(gpu: &Gpu) -> u64 {
 pub(crate) fn guilty_of_loss(st: &Sched) -> Option<u32> {
     st.contexts
         .iter()
-        .find(|(_, c)| c.reset_status == crate::uapi::ioctl::RESET_GUILTY && c.inflight > 0)
+        .find(|(_, c)| c.state.reset_status == crate::uapi::ioctl::RESET_GUILTY && c.state.inflight > 0)
         .map(|(id, _)| *id)
 }
 

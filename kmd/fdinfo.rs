@@ -40,11 +40,11 @@ pub(crate) fn show(
             submitted = c.jobs;
             inflight = u64::from(c.inflight);
         }
-        for c in st.contexts.values().filter(|c| c.client == f.client && !c.zombie) {
+        for c in st.contexts.values().filter(|c| c.client == f.client && c.state.live()) {
             contexts += 1;
-            faults += u32::from(c.fault().is_some());
-            hangs += u32::from(c.hung());
-            resets += u32::from(c.reset_status != RESET_NONE);
+            faults += u32::from(c.state.fault().is_some());
+            hangs += u32::from(c.state.hung());
+            resets += u32::from(c.state.reset_status != RESET_NONE);
         }
     }
     let _ = writeln!(p, "drm-engine-{ENGINE}:\t{busy_ns} ns");

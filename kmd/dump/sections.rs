@@ -153,10 +153,10 @@ pub(super) fn context_line(id: u32, c: &crate::gpu::Ctx, t: &mut Text) {
         t,
         "context ctx={} queue={} prio={} submitted={} completed={}\n",
         id,
-        c.queue,
-        prio_name(c.priority),
-        c.submitted,
-        c.completed
+        c.state.queue,
+        prio_name(c.state.priority),
+        c.state.submitted,
+        c.state.completed
     );
 }
 
@@ -188,7 +188,7 @@ pub(super) fn header(gpu: &Gpu, seq: u64, kind: &str, time: &mut Text) -> Text {
 /// resubmits it, or drops it when the device is lost).
 pub(super) fn innocent(st: &Sched, guilty: u32, t: &mut Text) {
     for (id, c) in st.contexts.iter() {
-        if *id == guilty || c.inflight == 0 {
+        if *id == guilty || c.state.inflight == 0 {
             continue;
         }
         let (pid, comm) = Gpu::owner(st, *id);
@@ -199,9 +199,9 @@ pub(super) fn innocent(st: &Sched, guilty: u32, t: &mut Text) {
             c.client,
             pid,
             comm,
-            c.queue,
-            prio_name(c.priority),
-            c.inflight
+            c.state.queue,
+            prio_name(c.state.priority),
+            c.state.inflight
         );
     }
 }

@@ -12,10 +12,7 @@ use super::{ns_to_jiffies, Client, ClientStats, Ctx, Gpu, Job, Sched, USER_SLOTS
 use crate::{
     hw::mono_ns,
     ioctl::{fail, Fail},
-    rules::{
-        fence::{self, CtxView},
-        Ban, Refusal,
-    },
+    rules::{Ban, Context, FenceSlots, Refusal},
     text::{Comm, Level, Text},
     tprint,
     uapi::{
@@ -41,11 +38,11 @@ impl Gpu {
         vm: Arc<Mutex<crate::vm::Vm>>,
     ) -> Result<u64> {
         let mut st = self.sched.lock();
-        if st.lost && st.contexts.values().all(|c| c.zombie) {
+        if st.lost && st.contexts.values().all(|c| !c.state.live()) {
             self.hw.power_cycle();
+            let now = mono_ns();
             for q in st.queues.iter_mut() {
-                q.tail = 0;
-                q.clock.reset();
+                q.state.reset(now);
             }
             st.lost = false;
             st.slots = [None; USER_SLOTS];
@@ -102,7 +99,7 @@ impl Gpu {
             let ids = Self::ctx_ids(&st, |c| c.client == client);
             for id in ids.iter() {
                 if let Some(c) = st.contexts.get_mut(id) {
-                    c.ban.get_or_insert(Ban::Dropped);
+                    c.state.ban.get_or_insert(Ban::Dropped);
                 }
             }
             self.recover(&mut st);
@@ -116,7 +113,7 @@ impl Gpu {
                 if let Some(owner) = st.slots.get_mut(s) {
                     *owner = None;
                 }
-                self.hw.write32(regs::as_config(s), 0);
+                crate::rules::program::unbind_space(&mut &self.hw, s);
             }
         }
         drop(st);
@@ -138,73 +135,38 @@ impl Gpu {
         v
     }
 
-    /// Removes a context now, or turns it into a zombie while jobs of it are in a ring.
+    /// Removes a context now, or keeps it destroyed (a zombie) while jobs of it are in a ring
+    /// (`rules::context`).
     pub(super) fn remove_ctx(st: &mut Sched, id: u32) {
-        let (slot, inflight) = match st.contexts.get_mut(&id) {
-            Some(c) => {
-                c.zombie = true;
-                (c.fence_slot, c.inflight)
-            }
+        let (slot, free) = match st.contexts.get_mut(&id) {
+            Some(c) => (c.state.fence_slot, c.state.destroy()),
             None => return,
         };
-        if inflight > 0 {
+        if !free {
             return;
         }
         st.contexts.remove(&id);
-        Self::release_fence_slot(st, slot);
-    }
-
-    /// The fence slot's context is gone: reuse the slot once no `WAIT` descriptor watches it.
-    pub(super) fn release_fence_slot(st: &mut Sched, slot: u32) {
-        let s = slot as usize;
-        if st.fence_waiters.get(s).copied().unwrap_or(0) > 0 {
-            if let Some(o) = st.fence_orphan.get_mut(s) {
-                *o = true;
-            }
-            return;
-        }
-        // Cannot fail: the vector has room for every slot.
-        let _ = st.free_fence_slots.push(slot, GFP_ATOMIC);
-    }
-
-    /// One waiter of fence slot `slot` is gone; a slot whose context was freed while it still
-    /// had waiters (orphaned) returns to the free list with its last waiter.
-    pub(super) fn unwatch_fence_slot(st: &mut Sched, slot: u32) {
-        let s = slot as usize;
-        let now_free = match (st.fence_waiters.get_mut(s), st.fence_orphan.get(s)) {
-            (Some(w), Some(&orphan)) => {
-                *w = w.saturating_sub(1);
-                *w == 0 && orphan
-            }
-            _ => false,
-        };
-        if now_free {
-            if let Some(o) = st.fence_orphan.get_mut(s) {
-                *o = false;
-            }
-            let _ = st.free_fence_slots.push(slot, GFP_ATOMIC);
-        }
+        st.fence_slots.release(slot);
     }
 
     /// A job left its ring (retired or dropped): context and client bookkeeping, fence-slot
     /// references of its `WAIT` descriptors, zombie contexts freed.
     pub(super) fn job_gone(st: &mut Sched, job: &Job) {
         let mut free_ctx = None;
-        if let Some(c) = st.contexts.get_mut(&job.ctx) {
-            c.inflight = c.inflight.saturating_sub(1);
-            if c.zombie && c.inflight == 0 {
-                free_ctx = Some(job.ctx);
+        if let Some(c) = st.contexts.get_mut(&job.view.ctx) {
+            if c.state.job_left() {
+                free_ctx = Some(job.view.ctx);
             }
         }
-        if let Some(c) = st.clients.get_mut(&job.client) {
+        if let Some(c) = st.clients.get_mut(&job.file) {
             c.inflight = c.inflight.saturating_sub(1);
         }
         for d in job.deps.iter() {
-            Self::unwatch_fence_slot(st, d.slot);
+            st.fence_slots.unwatch(d.slot);
         }
         if let Some(id) = free_ctx {
             if let Some(c) = st.contexts.remove(&id) {
-                Self::release_fence_slot(st, c.fence_slot);
+                st.fence_slots.release(c.state.fence_slot);
             }
         }
     }
@@ -220,21 +182,23 @@ impl Gpu {
         let mine = st
             .contexts
             .values()
-            .filter(|c| c.client == client && !c.zombie)
+            .filter(|c| c.client == client && c.state.live())
             .count();
         if mine >= u::MAX_CONTEXTS as usize {
             return Err(Refusal::new(r::CTX_LIMIT).into());
         }
-        if st.free_fence_slots.is_empty() {
+        let mut fence_slot = st.fence_slots.take_free();
+        if fence_slot.is_none() {
             // Destroyed contexts keep their slot until their last job is retired (lazily).
             self.retire_and_notify(&mut st);
+            fence_slot = st.fence_slots.take_free();
         }
-        let Some(fence_slot) = st.free_fence_slots.pop() else {
+        let Some(fence_slot) = fence_slot else {
             return Err(Refusal::new(r::DEVICE_CTX_LIMIT).into());
         };
         let mut load = [0usize; regs::NUM_QUEUES];
         for c in st.contexts.values() {
-            if let Some(l) = load.get_mut(c.queue) {
+            if let Some(l) = load.get_mut(c.state.queue) {
                 *l += 1;
             }
         }
@@ -247,20 +211,10 @@ impl Gpu {
         st.next_ctx = id.wrapping_add(1).max(1);
         let ctx = Ctx {
             client,
-            queue,
-            priority,
-            fence_slot,
-            submitted: 0,
-            completed: 0,
-            reset_status: u::RESET_NONE,
-            ban: None,
-            zombie: false,
-            inflight: 0,
-            closing: false,
-            recent: Default::default(),
+            state: Context::new(queue, priority, fence_slot),
         };
         if let Err(e) = st.contexts.try_create_and_insert(id, ctx, GFP_KERNEL) {
-            let _ = st.free_fence_slots.push(fence_slot, GFP_KERNEL);
+            st.fence_slots.release(fence_slot);
             return Err(fail(e, r::OUT_OF_MEMORY));
         }
         self.write_fence(fence_slot, 0);
@@ -270,7 +224,7 @@ impl Gpu {
     /// A live (not destroyed) context of `client`.
     pub(super) fn ctx_of(st: &Sched, client: u64, id: u32) -> Result<&Ctx, Fail> {
         match st.contexts.get(&id) {
-            Some(c) if c.client == client && !c.zombie => Ok(c),
+            Some(c) if c.client == client && c.state.live() => Ok(c),
             _ => Err(Refusal::new(r::CTX_INVALID).into()),
         }
     }
@@ -284,7 +238,7 @@ impl Gpu {
         Self::ctx_of(&st, client, id)?;
         // Waiters on this context wake now and see it closing (see `wait`).
         if let Some(c) = st.contexts.get_mut(&id) {
-            c.closing = true;
+            c.state.closing = true;
         }
         self.changed.notify_all();
         loop {
@@ -292,7 +246,7 @@ impl Gpu {
                 return Err(Refusal::new(r::CTX_INVALID).into());
             };
             let now = mono_ns();
-            if c.inflight == 0 || c.ban.is_some() || st.lost || now >= deadline {
+            if c.state.settled() || st.lost || now >= deadline {
                 break;
             }
             let j = ns_to_jiffies(deadline - now);
@@ -312,15 +266,6 @@ impl Gpu {
         }
         // Report what the device has completed so far, not what the last interrupt said.
         self.retire_and_notify(&mut st);
-        let c = Self::ctx_of(&st, client, id)?;
-        Ok(fence::ctx_state(
-            id,
-            CtxView {
-                reset_status: c.reset_status,
-                ban: c.ban,
-                submitted: c.submitted,
-                completed: c.completed,
-            },
-        ))
+        Ok(Self::ctx_of(&st, client, id)?.state.ctx_state(id))
     }
 }

@@ -25,7 +25,7 @@ use crate::{
     gem::MemAccount,
     hw::{DeviceThread, Hw, IrqConnection},
     pt::PtPage,
-    rules::recovery::{BusySamples, JobClock, RunTimes},
+    rules::{queue::HwQueue, FenceSlot},
     uapi::{packet, pte, regs, ring::DESC_SIZE},
 };
 
@@ -90,23 +90,15 @@ impl Gpu {
         for _ in 0..regs::NUM_QUEUES {
             queues.push(
                 Hq {
-                    tail: 0,
+                    state: HwQueue::default(),
                     jobs: JobQueue::new()?,
-                    clock: JobClock::default(),
-                    busy: BusySamples::default(),
-                    done: 0,
-                    runs: RunTimes::default(),
                 },
                 GFP_KERNEL,
             )?;
         }
-        let mut free = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        let mut waiters = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        let mut orphan = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
-        for s in (0..FENCE_SLOTS as u32).rev() {
-            free.push(s, GFP_KERNEL)?;
-            waiters.push(0, GFP_KERNEL)?;
-            orphan.push(false, GFP_KERNEL)?;
+        let mut fence_slots = KVec::with_capacity(FENCE_SLOTS, GFP_KERNEL)?;
+        for _ in 0..FENCE_SLOTS {
+            fence_slots.push(FenceSlot::default(), GFP_KERNEL)?;
         }
         let sched = Sched {
             lost: false,
@@ -114,9 +106,7 @@ impl Gpu {
             next_job: 1,
             next_client: 1,
             contexts: RBTree::new(),
-            free_fence_slots: free,
-            fence_waiters: waiters,
-            fence_orphan: orphan,
+            fence_slots,
             slots: [None; USER_SLOTS],
             queues,
             counters: Counters::default(),

@@ -130,28 +130,25 @@ impl Gpu {
                 }
                 let Some(job) = q.jobs.pop_front() else { break };
                 any = true;
-                q.done += 1;
                 let end = if irq >= job.submitted_ns { irq.min(now) } else { now };
                 // From the job's start on the queue (`rules::recovery::RunTimes`).
-                let busy = q.runs.completed(job.submitted_ns, end);
-                if let Some(c) = st.clients.get_mut(&job.client) {
+                let busy = q.state.retired(job.submitted_ns, end);
+                if let Some(c) = st.clients.get_mut(&job.file) {
                     c.busy_ns += busy;
                 }
-                if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                    c.recent.push(rules::recovery::ms_between(0, busy));
+                if let Some(c) = st.contexts.get_mut(&job.view.ctx) {
+                    c.state.recent.push(rules::recovery::ms_between(0, busy));
                 }
                 Self::job_gone(st, &job);
             }
         }
         for (_, c) in st.contexts.iter_mut() {
+            let c = &mut c.state;
             if c.ban.is_some() || c.completed >= c.submitted {
-                continue; // a banned context's fence no longer means completion
+                continue; // nothing its fence could tell (`Context::fence_read`): no bus read
             }
             if let Some(v) = self.read_fence(c.fence_slot) {
-                if v > c.completed && v <= c.submitted {
-                    c.completed = v;
-                    any = true;
-                }
+                any |= c.fence_read(v);
             }
         }
         any

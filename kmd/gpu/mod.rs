@@ -53,9 +53,11 @@ use crate::{
     hw::Hw,
     pt::PtPage,
     rules::{
-        recovery::{BusySamples, JobClock, RecentJobs, RunTimes},
+        program::{self, Registers},
+        job::FenceWait,
+        queue::HwQueue,
         report::TimeoutSource,
-        Ban,
+        Context, FenceSlot,
     },
     text::{dev_log, Comm, Level, Text},
     uapi::{
@@ -99,89 +101,17 @@ pub(crate) struct Config {
     pub(crate) hang_debug: bool,
 }
 
-/// A context (software queue) as the driver tracks it.
+/// A context (software queue) as the driver tracks it: the state and rules both drivers share
+/// (`rules::context::Context`: queue, fence slot, timeline, ban, destroyed-while-busy, ...) and
+/// the file that created it. The file stays outside: it is the key of this driver's own table of
+/// open files (`Sched::clients`), as the simulator's context names its own file.
 pub(crate) struct Ctx {
     pub(crate) client: u64,
-    pub(crate) queue: usize,
-    pub(crate) priority: u32,
-    pub(crate) fence_slot: u32,
-    pub(crate) submitted: u64,
-    pub(crate) completed: u64,
-    pub(crate) reset_status: u32,
-    /// Why it is banned (it never runs again), once it is.
-    pub(crate) ban: Option<Ban>,
-    /// Destroyed by user space while jobs were still in a ring: invisible to ioctls, freed when
-    /// its last job leaves the ring.
-    pub(crate) zombie: bool,
-    /// Jobs of this context in a ring.
-    pub(crate) inflight: u32,
-    /// CTX_DESTROY is waiting for this context's work: a WAIT on it returns at once (EINVAL,
-    /// CTX_INVALID), so that a thread blocked in a wait is not left sleeping while another one
-    /// tears the context down.
-    pub(crate) closing: bool,
-    /// Run times of its last completed jobs (the job-timeout report's `recent_ms`).
-    pub(crate) recent: RecentJobs,
+    pub(crate) state: Context,
 }
 
-impl Ctx {
-    /// What an in-fence on this context sees.
-    pub(crate) fn producer(&self) -> crate::rules::Producer {
-        crate::rules::Producer {
-            submitted: self.submitted,
-            completed: self.completed,
-            ban: self.ban,
-        }
-    }
-
-    /// Banned for a hang (job timeout).
-    #[allow(dead_code)] // fdinfo's counters (kmd/fdinfo.rs)
-    pub(crate) fn hung(&self) -> bool {
-        self.ban == Some(Ban::Hang)
-    }
-
-    /// The fault that banned it.
-    #[allow(dead_code)] // fdinfo's counters (kmd/fdinfo.rs)
-    pub(crate) fn fault(&self) -> Option<FaultInfo> {
-        match self.ban {
-            Some(Ban::Fault(f)) => Some(f),
-            _ => None,
-        }
-    }
-}
-
-/// One `WAIT` of a job: the producer context, its fence slot and the value waited for.
-#[derive(Clone, Copy)]
-pub(crate) struct Dep {
-    pub(crate) ctx: u32,
-    pub(crate) slot: u32,
-    pub(crate) value: u64,
-}
-
-/// One job: the descriptors of one submit.
-pub(crate) struct Job {
-    pub(crate) id: u64,
-    pub(crate) ctx: u32,
-    pub(crate) client: u64,
-    pub(crate) seqno: u64,
-    pub(crate) descs: KVec<Desc>,
-    /// For each `WAIT` descriptor, in order.
-    pub(crate) deps: KVec<Dep>,
-    /// Ring index of the first descriptor and one past the last.
-    pub(crate) start: u32,
-    pub(crate) end: u32,
-    pub(crate) submitted_ns: u64,
-}
-
-impl Job {
-    /// What the rules see of it.
-    pub(crate) fn view(&self) -> crate::rules::recovery::JobView {
-        crate::rules::recovery::JobView {
-            id: self.id,
-            ctx: self.ctx,
-            seqno: self.seqno,
-        }
-    }
-}
+/// One job in a ring (`rules::job::Job`, as the simulator keeps it), in the kernel's vectors.
+pub(crate) type Job = crate::rules::job::Job<KVec<Desc>, KVec<FenceWait>>;
 
 /// A fixed-capacity queue of jobs in ring order (a job takes at least one descriptor, so a ring
 /// never holds more than `RING_ENTRIES` jobs).
@@ -260,18 +190,12 @@ impl JobQueue {
     }
 }
 
-/// Driver state of one hardware queue.
+/// Driver state of one hardware queue: what both drivers keep (`rules::queue::HwQueue`: tail,
+/// watchdog clock, busy samples, run times, jobs retired) and its jobs in ring order (its ring
+/// memory is `Gpu::rings`).
 pub(crate) struct Hq {
-    pub(crate) tail: u32,
+    pub(crate) state: HwQueue,
     pub(crate) jobs: JobQueue,
-    /// Watchdog: the job seen executing, and since when.
-    pub(crate) clock: JobClock,
-    /// Busy samples (one bit per watchdog period).
-    pub(crate) busy: BusySamples,
-    /// Jobs retired on this queue.
-    pub(crate) done: u64,
-    /// When each job started and ended (busy time, the contexts' recent run times).
-    pub(crate) runs: RunTimes,
 }
 
 /// Per-open-file numbers shared with the file (which updates the memory ones).
@@ -326,11 +250,9 @@ pub(crate) struct Sched {
     next_job: u64,
     next_client: u64,
     pub(crate) contexts: RBTree<u32, Ctx>,
-    free_fence_slots: KVec<u32>,
-    /// Per fence slot: `WAIT` descriptors in a ring that watch it (a slot is reused only when
-    /// none does), and whether its context is gone.
-    fence_waiters: KVec<u32>,
-    fence_orphan: KVec<bool>,
+    /// Per fence slot: its owner and the `WAIT` descriptors in a ring that read it (a slot is
+    /// handed out again only without either, `rules::FenceSlots`).
+    fence_slots: KVec<FenceSlot>,
     slots: [Option<u64>; USER_SLOTS],
     pub(crate) queues: KVec<Hq>,
     pub(crate) counters: Counters,
@@ -434,6 +356,17 @@ fn dfl_wq() -> &'static workqueue::Queue {
     unsafe { workqueue::Queue::from_raw(bindings::system_dfl_wq) }
 }
 
+/// The register writes of `rules::program`, through [`Hw`] (which serialises them itself).
+impl Registers for &Hw {
+    fn write32(&mut self, offset: usize, value: u32) {
+        Hw::write32(self, offset, value);
+    }
+
+    fn write64(&mut self, offset: usize, value: u64) {
+        Hw::write64(self, offset, value);
+    }
+}
+
 fn bus_addr(c: &Coherent<[u8]>) -> u64 {
     #[allow(clippy::useless_conversion)]
     u64::from(c.dma_address())
@@ -459,30 +392,21 @@ impl Gpu {
         let _ = crate::model::PhysMem::write(&**self.hw.bus(), self.fence_pa(s), &v.to_le_bytes());
     }
 
-    /// Programs interrupt mask, debug control, address-space slots and every ring (at start and
-    /// after a reset, which keeps slots and ring registers but disables the queues).
+    /// Programs the device (`rules::program`: interrupt mask, debug control, address-space
+    /// slots, every ring) at start, after a reset and after a power cycle. The driver's own
+    /// address space (`KERNEL_SLOT`, the packets of debugfs `inject_hang` / `inject_page_fault`)
+    /// comes first, then the files'; an injected HANG runs whether or not hang debugging is on.
+    /// The simulator has neither (`umd/src/backend/sim/gpu.rs`, `program`).
     fn program(&self, st: &Sched) {
-        let hw = &self.hw;
-        hw.write32(regs::IRQ_MASK, regs::IRQ_ALL);
+        let own = core::iter::once((KERNEL_SLOT, self.kas_root.dma_address()));
+        let files = st.slots.iter().enumerate().filter_map(|(s, owner)| {
+            let c = owner.and_then(|id| st.clients.get(&id))?;
+            Some((s, c.pt_root))
+        });
         let hang = self.cfg.hang_debug || st.inject_hang;
-        hw.write32(regs::DEBUG_CTRL, if hang { regs::DEBUG_CTRL_HANG } else { 0 });
-        hw.write64(regs::as_pt_base(KERNEL_SLOT), self.kas_root.dma_address());
-        hw.write32(regs::as_config(KERNEL_SLOT), regs::AS_ENABLED);
-        for (s, owner) in st.slots.iter().enumerate() {
-            if let Some(c) = owner.and_then(|id| st.clients.get(&id)) {
-                hw.write64(regs::as_pt_base(s), c.pt_root);
-                hw.write32(regs::as_config(s), regs::AS_ENABLED);
-            }
-        }
-        for (q, ring) in self.rings.iter().enumerate() {
-            let b = regs::queue_base(q);
-            hw.write64(b + regs::Q_RING_BASE, bus_addr(ring));
-            hw.write32(b + regs::Q_RING_SIZE, RING_ENTRIES);
-            hw.write32(
-                b + regs::Q_CTRL,
-                regs::Q_CTRL_ENABLE | (queue_priority(q) << regs::Q_CTRL_PRIO_SHIFT),
-            );
-        }
+        // `Iterator::chain`, not pin-init's `Init::chain` (in the prelude, implemented for all `T`).
+        let spaces = Iterator::chain(own, files);
+        program::program(&mut &self.hw, hang, spaces, self.rings.iter().map(bus_addr));
     }
 
     /// Logs a device line (`aigpu aigpu0: ...`).

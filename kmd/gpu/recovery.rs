@@ -6,18 +6,18 @@
 
 use kernel::{prelude::*, sync::atomic::Relaxed};
 
-use super::{Gpu, Job, Sched};
+use super::{Gpu, Sched};
 use crate::{
     dump,
     hw::mono_ns,
     rules::{
         recovery::{self, Blame, WaitFate},
         report::{self, DependencyLine, FaultLine, HangFacts, HangLine, Owner, QueueActivity, ResetLine},
-        Ban, FaultInfo,
+        Ban, FaultInfo, FenceSlots,
     },
     text::{Comm, Level, Text},
     tprint,
-    uapi::{ioctl as u, regs, ring},
+    uapi::{regs, ring},
 };
 
 impl Gpu {
@@ -52,7 +52,7 @@ impl Gpu {
         let blame = st
             .queues
             .get(queue)
-            .map_or(Blame::Nobody, |q| recovery::blame(latched, q.jobs.iter().map(Job::view)));
+            .map_or(Blame::Nobody, |q| recovery::blame(latched, q.jobs.iter().map(|j| j.view)));
         let job = blame.job().map_or(latched, |j| j.id);
         st.counters.faults += 1;
         let mem_error = info.kind == regs::FAULT_BUS_ERROR || status & regs::IRQ_MEM_ERROR != 0;
@@ -68,8 +68,7 @@ impl Gpu {
         tprint!(&mut t, "{}", line);
         self.log(Level::Err, &t);
         if let Some(c) = blame.guilty().and_then(|g| st.contexts.get_mut(&g.ctx)) {
-            c.ban = Some(Ban::Fault(info));
-            c.reset_status = u::RESET_GUILTY;
+            c.state.guilty(Ban::Fault(info));
         }
         self.recover(st);
         d
@@ -149,14 +148,14 @@ impl Gpu {
         let qb = regs::queue_base(queue);
         let head = self.hw.read32(qb + regs::Q_HEAD);
         let q = st.queues.get(queue);
-        let the_job = q.and_then(|q| q.jobs.iter().find(|j| j.id == job));
+        let the_job = q.and_then(|q| q.jobs.iter().find(|j| j.view.id == job));
         let at_wait_desc = the_job.is_some_and(|j| {
             j.descs
                 .get(head.wrapping_sub(j.start) as usize)
                 .is_some_and(|d| d.kind == ring::DESC_WAIT)
         });
         HangFacts {
-            ran_ms: u64::from(recovery::ms_between(q.map_or(now, |q| q.clock.since_ns()), now)),
+            ran_ms: u64::from(recovery::ms_between(q.map_or(now, |q| q.state.clock.since_ns()), now)),
             activity: QueueActivity::from_regs(
                 self.hw.read32(qb + regs::Q_STATE),
                 self.hw.read64(qb + regs::Q_WAIT_ADDR),
@@ -167,8 +166,8 @@ impl Gpu {
             timeout_ms: u64::from(self.cfg.job_timeout_ms),
             timeout_source: self.cfg.job_timeout_source,
             recent: the_job
-                .and_then(|j| st.contexts.get(&j.ctx))
-                .map_or_else(Default::default, |c| c.recent),
+                .and_then(|j| st.contexts.get(&j.view.ctx))
+                .map_or_else(Default::default, |c| c.state.recent),
         }
     }
 
@@ -180,8 +179,8 @@ impl Gpu {
             let busy = st.queues.get(qi).is_some_and(|q| q.jobs.len() > 0);
             let cur = if busy { self.hw.read64(regs::queue_base(qi) + regs::Q_CUR_JOB) } else { 0 };
             let Some(q) = st.queues.get_mut(qi) else { continue };
-            q.busy.sample(now, busy);
-            if let Some(job) = q.clock.observe(busy, cur, now, timeout) {
+            q.state.busy.sample(now, busy);
+            if let Some(job) = q.state.clock.observe(busy, cur, now, timeout) {
                 hung = hung.or(Some((qi, job)));
             }
         }
@@ -190,7 +189,7 @@ impl Gpu {
         let guilty = st
             .queues
             .get(queue)
-            .and_then(|q| q.jobs.iter().map(Job::view).find(|j| j.id == job));
+            .and_then(|q| q.jobs.iter().map(|j| j.view).find(|j| j.id == job));
         let facts = self.hang_facts(st, queue, job, now);
         let d = dump::build(self, st, "hang", queue, job, None, Some(&facts));
         let line = HangLine {
@@ -203,8 +202,7 @@ impl Gpu {
         tprint!(&mut t, "{}", line);
         self.log(Level::Err, &t);
         if let Some(c) = guilty.and_then(|g| st.contexts.get_mut(&g.ctx)) {
-            c.ban = Some(Ban::Hang);
-            c.reset_status = u::RESET_GUILTY;
+            c.state.guilty(Ban::Hang);
         }
         self.recover(st);
         d
@@ -217,11 +215,11 @@ impl Gpu {
             let mut found = None;
             'scan: for q in st.queues.iter() {
                 for job in q.jobs.iter() {
-                    let Some(consumer) = st.contexts.get(&job.ctx) else { continue };
+                    let Some(consumer) = st.contexts.get(&job.view.ctx) else { continue };
                     for d in job.deps.iter() {
-                        let producer = st.contexts.get(&d.ctx).map(|c| c.producer());
-                        if let Some(ban) = recovery::consumer_ban(consumer.ban, d.ctx, producer, d.value) {
-                            found = Some((job.ctx, job.seqno, *d, ban));
+                        let producer = st.contexts.get(&d.ctx).map(|c| c.state.producer());
+                        if let Some(ban) = recovery::consumer_ban(consumer.state.ban, d.ctx, producer, d.value) {
+                            found = Some((job.view.ctx, job.view.seqno, *d, ban));
                             break 'scan;
                         }
                     }
@@ -229,7 +227,7 @@ impl Gpu {
             }
             // One at a time (no allocation under the lock): each ban may make others.
             let Some((ctx, seqno, dep, ban)) = found else { return };
-            let Some(cause) = st.contexts.get(&dep.ctx).and_then(|c| c.ban) else { return };
+            let Some(cause) = st.contexts.get(&dep.ctx).and_then(|c| c.state.ban) else { return };
             let line = DependencyLine {
                 ctx,
                 seqno,
@@ -242,7 +240,7 @@ impl Gpu {
             tprint!(&mut t, "{}", line);
             self.log(Level::Err, &t);
             match st.contexts.get_mut(&ctx) {
-                Some(c) => c.ban = Some(ban),
+                Some(c) => c.state.ban = Some(ban),
                 None => return,
             }
         }
@@ -268,33 +266,29 @@ impl Gpu {
             let n = st.queues.get(qi).map_or(0, |q| q.jobs.len());
             let mut jobs = KVec::with_capacity(n, GFP_KERNEL).unwrap_or_default();
             if let Some(q) = st.queues.get_mut(qi) {
-                q.tail = 0;
-                q.clock.reset();
-                q.runs.restart(mono_ns());
+                q.state.reset(mono_ns());
             }
             while let Some(j) = st.queues.get_mut(qi).and_then(|q| q.jobs.pop_front()) {
                 if let Err(e) = jobs.push_within_capacity(j) {
                     // No memory to hold it for resubmission: it is lost with its context (whose
                     // waits then report CTX_LOST).
                     let lost_job = e.0;
-                    if let Some(c) = st.contexts.get_mut(&lost_job.ctx) {
-                        c.ban.get_or_insert(Ban::Dropped);
+                    if let Some(c) = st.contexts.get_mut(&lost_job.view.ctx) {
+                        c.state.ban.get_or_insert(Ban::Dropped);
                     }
                     Self::job_gone(st, &lost_job);
                     dropped += 1;
                 }
             }
             for mut job in jobs.into_iter() {
-                let keep = st.contexts.get(&job.ctx).is_some_and(|c| c.ban.is_none());
+                let keep = st.contexts.get(&job.view.ctx).is_some_and(|c| c.state.ban.is_none());
                 if !keep {
                     Self::job_gone(st, &job);
                     dropped += 1;
                     continue;
                 }
-                if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                    if c.reset_status == u::RESET_NONE {
-                        c.reset_status = u::RESET_INNOCENT;
-                    }
+                if let Some(c) = st.contexts.get_mut(&job.view.ctx) {
+                    c.state.resubmitted();
                 }
                 // Waits already satisfied are left out (`rules::recovery::wait_fate`); none fails
                 // here: `propagate_failures` banned every job that had one.
@@ -307,7 +301,7 @@ impl Gpu {
                     if d.kind == ring::DESC_WAIT {
                         let Some(&dep) = job.deps.get(k) else { continue };
                         k += 1;
-                        let producer = st.contexts.get(&dep.ctx).map(|c| c.producer());
+                        let producer = st.contexts.get(&dep.ctx).map(|c| c.state.producer());
                         if recovery::wait_fate(dep.ctx, producer, dep.value) != WaitFate::Keep {
                             ok &= unwatch.push(dep.slot, GFP_KERNEL).is_ok();
                             continue;
@@ -320,7 +314,7 @@ impl Gpu {
                     // The producer may be gone already (freed earlier in this recovery): its slot
                     // is then orphaned and this was its last waiter.
                     for s in unwatch.iter() {
-                        Self::unwatch_fence_slot(st, *s);
+                        st.fence_slots.unwatch(*s);
                     }
                     job.descs = keep_descs;
                     job.deps = keep_deps;
@@ -336,7 +330,7 @@ impl Gpu {
                 }
                 resubmitted += 1;
             }
-            let tail = st.queues.get(qi).map_or(0, |q| q.tail);
+            let tail = st.queues.get(qi).map_or(0, |q| q.state.tail);
             self.ring_doorbell(qi, tail);
         }
         let mut t = Text::new();

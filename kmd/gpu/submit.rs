@@ -8,7 +8,7 @@ use kernel::{
     sync::{Arc, CondVarTimeoutResult},
 };
 
-use super::{clients::LOST, dfl_wq, Ctx, Dep, Gpu, Job, Sched, KCODE_FAULT, KCODE_HANG, KERNEL_SLOT, KVA_CODE, RING_ENTRIES, WD_PERIOD_MS};
+use super::{clients::LOST, dfl_wq, Gpu, Job, Sched, KCODE_FAULT, KCODE_HANG, KERNEL_SLOT, KVA_CODE, RING_ENTRIES, WD_PERIOD_MS};
 use crate::{
     hw::mono_ns,
     ioctl::{refuse, Fail},
@@ -16,11 +16,13 @@ use crate::{
         self,
         fence::{self, InFence},
         flags::SubmitFlags,
-        Refusal,
+        job::FenceWait,
+        recovery::JobView,
+        FenceSlots, Refusal,
     },
     uapi::{
         ioctl::{Cmdbuf, Fence},
-        packet, reason as r, regs,
+        packet, reason as r,
         ring::{self, Desc, DESC_SIZE},
     },
 };
@@ -49,8 +51,7 @@ impl Gpu {
         if let Some(c) = st.clients.get_mut(&client) {
             c.slot = Some(s);
         }
-        self.hw.write64(regs::as_pt_base(s), pt_root);
-        self.hw.write32(regs::as_config(s), regs::AS_ENABLED);
+        rules::program::bind_space(&mut &self.hw, s, pt_root);
         Some(s)
     }
 
@@ -78,18 +79,18 @@ impl Gpu {
                 return Err(LOST.into());
             }
             let ctx = Self::ctx_of(&st, client, ctx_id)?;
-            if let Some(b) = ctx.ban {
+            if let Some(b) = ctx.state.ban {
                 return Err(b.on_submit().into());
             }
-            let queue = ctx.queue;
+            let queue = ctx.state.queue;
             // In-fences (re-checked after every sleep: a dependency may have completed or been
             // banned meanwhile).
             descs.clear();
             deps.clear();
             for (i, f) in in_fences.iter().enumerate() {
-                let dep = st.contexts.get(&f.ctx_id).filter(|c| c.client == client && !c.zombie);
-                if fence::in_fence(i as u32, f.flags, f.seqno, dep.map(Ctx::producer))? == InFence::Wait {
-                    let slot = dep.map_or(0, |c| c.fence_slot);
+                let dep = st.contexts.get(&f.ctx_id).filter(|c| c.client == client && c.state.live());
+                if fence::in_fence(i as u32, f.flags, f.seqno, dep.map(|c| c.state.producer()))? == InFence::Wait {
+                    let slot = dep.map_or(0, |c| c.state.fence_slot);
                     // Capacity reserved above: these pushes do not allocate.
                     let _ = descs.push_within_capacity(Desc {
                         kind: ring::DESC_WAIT,
@@ -97,7 +98,7 @@ impl Gpu {
                         value: f.seqno,
                         ..Desc::default()
                     });
-                    let _ = deps.push_within_capacity(Dep { ctx: f.ctx_id, slot, value: f.seqno });
+                    let _ = deps.push_within_capacity(FenceWait { ctx: f.ctx_id, slot, value: f.seqno });
                 }
             }
             let injected = usize::from(st.inject_hang || st.inject_fault);
@@ -106,13 +107,13 @@ impl Gpu {
                 Some(q) => q,
                 None => return Err(refuse(r::CTX_INVALID)),
             };
-            let head = q.jobs.front().map_or(q.tail, |j| j.start);
-            let ring_ok = rules::ring::fits(head, q.tail, need) && q.jobs.len() < q.jobs.cap();
+            let head = q.jobs.front().map_or(q.state.tail, |j| j.start);
+            let ring_ok = rules::ring::fits(head, q.state.tail, need) && q.jobs.len() < q.jobs.cap();
             let slot = if ring_ok { self.ensure_slot(&mut st, client, pt_root) } else { None };
             if let Some(slot) = slot {
                 let job_id = st.next_job;
                 st.next_job += 1;
-                let seqno = st.contexts.get(&ctx_id).map_or(1, |c| c.submitted + 1);
+                let seqno = st.contexts.get(&ctx_id).map_or(1, |c| c.state.next_seqno());
                 break (slot, queue, job_id, seqno, injected != 0);
             }
             if flags.no_block() {
@@ -132,7 +133,7 @@ impl Gpu {
                 return Err(Refusal::new(r::INTERRUPTED).into());
             }
         };
-        let Some(fence_slot) = st.contexts.get(&ctx_id).map(|c| c.fence_slot) else {
+        let Some(fence_slot) = st.contexts.get(&ctx_id).map(|c| c.state.fence_slot) else {
             return Err(Refusal::new(r::CTX_BANNED).into());
         };
         if injected {
@@ -166,13 +167,10 @@ impl Gpu {
             });
         }
         for d in deps.iter() {
-            if let Some(w) = st.fence_waiters.get_mut(d.slot as usize) {
-                *w += 1;
-            }
+            st.fence_slots.watch(d.slot);
         }
         if let Some(c) = st.contexts.get_mut(&ctx_id) {
-            c.submitted = seqno;
-            c.inflight += 1;
+            c.state.queued(seqno);
         }
         st.counters.jobs += 1;
         if let Some(c) = st.clients.get_mut(&client) {
@@ -182,10 +180,8 @@ impl Gpu {
         let now = mono_ns();
         let (start, end) = self.write_ring(&mut st, queue, &descs);
         let job = Job {
-            id: job_id,
-            ctx: ctx_id,
-            client,
-            seqno,
+            view: JobView { id: job_id, ctx: ctx_id, seqno },
+            file: client,
             descs,
             deps,
             start,
@@ -221,13 +217,13 @@ impl Gpu {
         let (Some(q), Some(ring)) = (st.queues.get_mut(queue), self.rings.get(queue)) else {
             return (0, 0);
         };
-        let start = q.tail;
+        let start = q.state.tail;
         // The driver writes its own ring through its kernel mapping (as a driver writes a ring
         // in system memory), not through the bus registry the device uses: no lock, no lookup,
         // per descriptor.
         let base = ring.as_mut_ptr().cast::<u8>();
         for d in descs {
-            let off = (q.tail % RING_ENTRIES) as usize * DESC_SIZE;
+            let off = (q.state.tail % RING_ENTRIES) as usize * DESC_SIZE;
             // SAFETY: the ring is RING_ENTRIES * DESC_SIZE bytes (allocated in `new`, alive with
             // `self`), so `off + DESC_SIZE` is in bounds, and a byte array has no alignment. The
             // device reads only descriptors between its head and the tail it saw at the last
@@ -237,14 +233,12 @@ impl Gpu {
             let slot = unsafe { &mut *base.add(off).cast::<[u8; DESC_SIZE]>() };
             // In place: no descriptor-sized temporary to clear and copy.
             d.write_to(slot);
-            q.tail = q.tail.wrapping_add(1);
+            q.state.tail = q.state.tail.wrapping_add(1);
         }
-        (start, q.tail)
+        (start, q.state.tail)
     }
 
     pub(super) fn ring_doorbell(&self, queue: usize, tail: u32) {
-        let b = regs::queue_base(queue);
-        self.hw.write32(b + regs::Q_TAIL, tail);
-        self.hw.write32(b + regs::Q_DOORBELL, 1);
+        rules::program::doorbell(&mut &self.hw, queue, tail);
     }
 }

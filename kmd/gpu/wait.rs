@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! WAIT (the rule is `rules::fence::wait_done`) and the ways a sleeping task is known to the top
-//! half: by name in `fast_waiters` (woken directly) or counted in `sleepers` (left to the bottom
-//! half's broadcast).
+//! WAIT (the rule is `rules::fence::wait_done`, through `rules::Context::wait_done`) and the ways
+//! a sleeping task is known to the top half: by name in `fast_waiters` (woken directly) or
+//! counted in `sleepers` (left to the bottom half's broadcast).
 
 use kernel::{
     bindings,
@@ -13,7 +13,7 @@ use super::{clients::LOST, ns_to_jiffies, Gpu, Sched, Waiter};
 use crate::{
     hw::mono_ns,
     ioctl::Fail,
-    rules::{fence, Refusal},
+    rules::Refusal,
     uapi::reason as r,
 };
 
@@ -27,18 +27,18 @@ impl Gpu {
                 return Err(LOST.into());
             }
             let c = Self::ctx_of(&st, client, ctx_id)?;
-            if fence::wait_done(seqno, c.submitted, c.completed, c.closing, c.ban)? {
-                return Ok(c.completed);
+            if c.state.wait_done(seqno)? {
+                return Ok(c.state.completed);
             }
             // The fence may already be written while its interrupt is on its way, or was left
             // to whoever looks next: look at the device's progress. The top half knows this
             // task from before that look on (by name in a slot, or counted), so a completion is
             // either seen by the look or its top half sees this task (a full barrier on each
             // side), never neither.
-            let before = c.completed;
+            let before = c.state.completed;
             let me = self.register_waiter();
             self.retire_and_notify(&mut st);
-            let progressed = Self::ctx_of(&st, client, ctx_id).is_ok_and(|c| c.completed != before);
+            let progressed = Self::ctx_of(&st, client, ctx_id).is_ok_and(|c| c.state.completed != before);
             let now = mono_ns();
             let res = if progressed || deadline_ns <= now {
                 None

@@ -6,6 +6,7 @@
 //! - a job whose in-fence will never signal does not run, and the failure reaches every job
 //!   that depends on it, directly or through other contexts (`dep_`);
 //! - a submit naming a fence of an already failed producer is refused, and its context lives on;
+//! - a destroyed producer's fence slot is not reused while a queued wait reads it (`ctx_`);
 //! - address-space slots: the sixteenth file with work fails fast under `NO_BLOCK` (`slot_`);
 //! - a device that falls off the bus is lost at once (`lost_`).
 //!
@@ -225,6 +226,43 @@ fn dep_a_fence_that_signalled_before_the_failure_still_counts() {
         0,
     );
     b.ctx_destroy(a).expect("destroy A");
+    b.ctx_destroy(c).expect("destroy C");
+}
+
+/// Producer P is destroyed while consumer C's queued job still waits on P's fence (a `WAIT`
+/// descriptor behind C's own stalled job), and a new context is created at once. P's fence slot
+/// is not handed to the new context while that `WAIT` may still read it (`rules::FenceSlots`):
+/// C's job runs once its queue gets there, on P's value, instead of stalling on the new owner's
+/// 0 until the job timeout bans C.
+#[test]
+fn ctx_a_destroyed_producers_fence_slot_waits_for_the_wait_that_reads_it() {
+    let b = open();
+    let (p, c) = (b.ctx_create(1).expect("P"), b.ctx_create(1).expect("C"));
+    let base = VA + 0x0600_0000;
+    let (flag_p, flag_c) = (buffer(&*b, base), buffer(&*b, base + 0x1000));
+    let out = buffer(&*b, base + 0x2000);
+    let wait_p = cmdbuf(&*b, base + 0x10_0000, &packet::encode_wait_mem(base, 1));
+    let sp = b.submit(p, &[wait_p], &[], 0).expect("P");
+    let wait_c = cmdbuf(
+        &*b,
+        base + 0x11_0000,
+        &packet::encode_wait_mem(base + 0x1000, 1),
+    );
+    b.submit(c, &[wait_c], &[], 0).expect("C stalls");
+    let fill = cmdbuf(
+        &*b,
+        base + 0x12_0000,
+        &packet::encode_fill(base + 0x2000, 64, 0xc0c0_c0c0),
+    );
+    let sc = b.submit(c, &[fill], &[fence(p, sp)], 0).expect("C after P");
+    write_u64(&*b, flag_p, 1);
+    assert_eq!(b.wait(p, sp, deadline()).expect("P done"), sp);
+    b.ctx_destroy(p).expect("destroy P");
+    let n = b.ctx_create(1).expect("a new context");
+    write_u64(&*b, flag_c, 1);
+    assert_eq!(b.wait(c, sc, deadline()).expect("C runs"), sc);
+    assert_eq!(words(&*b, out, 16), vec![0xc0c0_c0c0; 16]);
+    b.ctx_destroy(n).expect("destroy the new one");
     b.ctx_destroy(c).expect("destroy C");
 }
 

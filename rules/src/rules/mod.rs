@@ -1,11 +1,12 @@
 //! The aigpu driver's rules, written once for aigpu.ko and the simulator backend.
 //!
-//! Every decision both drivers make the same way lives here: the errno that goes with each
+//! Every decision both drivers make the same way lives here: the state each keeps per context
+//! and every change to it ([`context`]), a job in a ring ([`job`]), the errno that goes with each
 //! reason ([`refusal`]), the UAPI's `flags` fields as types ([`flags`]), the checks of a submit and its packet stream ([`submit`]), what an
 //! in-fence means ([`fence`]), which hardware queue a context gets and which address-space slot a
 //! file may take ([`queue`]), ring arithmetic ([`ring`]), who is guilty of a fault and what an
 //! engine reset does to every queued job, including jobs whose inputs will never be written
-//! ([`recovery`]), the arguments of VM_BIND and VM_UNBIND ([`vm`]), the name tables ([`names`]) and the line formats of dmesg and debugfs that the
+//! ([`recovery`]), the arguments of VM_BIND and VM_UNBIND ([`vm`]), the name tables ([`names`]), the register writes that program the device ([`program`]) and the line formats of dmesg and debugfs that the
 //! tools read ([`report`]).
 //!
 //! What stays in each driver is what is its own: locks, sleeping and waking, work items and
@@ -18,9 +19,12 @@
 //! no floating point, no panics on any input, the contract referred to only as `crate::uapi::...`
 //! and sibling files as `super::x`.
 
+pub mod context;
 pub mod fence;
 pub mod flags;
+pub mod job;
 pub mod names;
+pub mod program;
 pub mod queue;
 pub mod recovery;
 pub mod refusal;
@@ -29,5 +33,6 @@ pub mod ring;
 pub mod submit;
 pub mod vm;
 
+pub use context::{Context, FenceSlot, FenceSlots};
 pub use fence::{Ban, FaultInfo, Producer};
 pub use refusal::Refusal;

@@ -1,5 +1,8 @@
-//! Which hardware queue a context runs on, and which address-space slot a file may take.
+//! Which hardware queue a context runs on, which address-space slot a file may take, and what
+//! the driver keeps of each hardware queue ([`HwQueue`]).
 
+use super::recovery::{BusySamples, JobClock, RunTimes};
+use super::report::QueueLine;
 use crate::uapi::ioctl::{PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL};
 use crate::uapi::regs::NUM_QUEUES;
 
@@ -32,6 +35,62 @@ pub fn pick_slot(slots: &[Option<u64>], idle: impl Fn(u64) -> bool) -> Option<us
         .or_else(|| slots.iter().position(|o| o.is_none_or(&idle)))
 }
 
+/// One hardware queue as both drivers keep it, besides its queued jobs (each driver's own
+/// container) and its ring memory: the ring index it wrote up to, the watchdog's clock, the busy
+/// samples, the run times of its jobs and how many it retired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwQueue {
+    /// Ring index one past the last descriptor written (free-running, hw-spec §2 `Q_TAIL`).
+    pub tail: u32,
+    /// The watchdog's view of the job executing.
+    pub clock: JobClock,
+    /// Whether it had work, per watchdog period (debugfs `busy_pct`).
+    pub busy: BusySamples,
+    /// When its jobs started and ended.
+    pub runs: RunTimes,
+    /// Jobs retired.
+    pub done: u64,
+}
+
+impl HwQueue {
+    /// A job submitted at `submitted_ns` was retired at `end_ns`: counted; returns how long it
+    /// ran (ns) from its start on the queue ([`RunTimes::completed`]).
+    pub fn retired(&mut self, submitted_ns: u64, end_ns: u64) -> u64 {
+        self.done = self.done.saturating_add(1);
+        self.runs.completed(submitted_ns, end_ns)
+    }
+
+    /// An engine reset (or power cycle) at `now_ns` emptied the ring: the driver writes it again
+    /// from index 0 (hw-spec §8), the watchdog forgets the job it watched, and the next job
+    /// starts now.
+    pub fn reset(&mut self, now_ns: u64) {
+        self.tail = 0;
+        self.clock.reset();
+        self.runs.restart(now_ns);
+    }
+
+    /// Its debugfs `queues` line as queue `queue` with `inflight` jobs queued, at `now_ns`,
+    /// with `Q_STATE`, `Q_HEAD` and `Q_CUR_JOB` as read from the device.
+    pub fn line(
+        &self,
+        queue: usize,
+        inflight: usize,
+        now_ns: u64,
+        (state, head, cur_job): (u32, u32, u64),
+    ) -> QueueLine {
+        QueueLine {
+            queue,
+            state,
+            head,
+            cur_job,
+            tail: self.tail,
+            inflight,
+            done: self.done,
+            busy_pct: self.busy.pct(now_ns),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +101,41 @@ mod tests {
         assert_eq!(choose(PRIORITY_NORMAL, &[0, 2, 1, 0]), 2);
         assert_eq!(choose(PRIORITY_NORMAL, &[0, 1, 1, 0]), 1);
         assert_eq!(choose(PRIORITY_LOW, &[0, 0, 0, 5]), 3);
+    }
+
+    #[test]
+    fn a_queue_counts_retired_jobs_and_starts_over_at_a_reset() {
+        let mut q = HwQueue {
+            tail: 7,
+            ..HwQueue::default()
+        };
+        assert_eq!(q.retired(1_000, 5_000), 4_000);
+        assert_eq!(
+            q.retired(2_000, 6_000),
+            1_000,
+            "it started when the one before ended"
+        );
+        assert_eq!(q.done, 2);
+        q.reset(10_000);
+        assert_eq!((q.tail, q.done), (0, 2));
+        assert_eq!(
+            q.retired(9_000, 12_000),
+            2_000,
+            "the next job starts at the reset"
+        );
+        let line = q.line(3, 1, 12_000, (2, 5, 44));
+        assert_eq!(
+            (
+                line.queue,
+                line.state,
+                line.head,
+                line.cur_job,
+                line.tail,
+                line.inflight,
+                line.done
+            ),
+            (3, 2, 5, 44, 0, 1, 3)
+        );
     }
 
     #[test]

@@ -171,6 +171,14 @@ pub struct RecentJobs {
 }
 
 impl RecentJobs {
+    /// None yet (`Default`, usable in a `const fn`).
+    pub const fn new() -> Self {
+        Self {
+            ms: [0; RECENT_JOBS],
+            count: 0,
+        }
+    }
+
     /// Records one completed job's run time.
     pub fn push(&mut self, ms: u32) {
         let i = (self.count % RECENT_JOBS as u64) as usize;

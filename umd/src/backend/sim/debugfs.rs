@@ -3,7 +3,7 @@
 //! `rules::report`'s, the same code aigpu.ko prints them with.
 
 use super::gpu::{lock, Gpu};
-use rules::report::{ContextLine, Owner, QueueLine};
+use rules::report::Owner;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use uapi::regs;
@@ -25,7 +25,7 @@ impl Gpu {
             self.mem.size(),
             st.clients.values().map(|c| c.mem.load(Ordering::Relaxed)).sum::<u64>(),
             st.clients.len(),
-            st.contexts.len(),
+            st.contexts.values().filter(|c| c.state.live()).count(),
             c.jobs,
             c.faults,
             c.hangs,
@@ -45,16 +45,12 @@ impl Gpu {
         let mut out = String::new();
         for (qi, q) in st.queues.iter().enumerate() {
             let b = regs::queue_base(qi);
-            let line = QueueLine {
-                queue: qi,
-                state: d.mmio_read32(b + regs::Q_STATE),
-                head: d.mmio_read32(b + regs::Q_HEAD),
-                cur_job: d.mmio_read64(b + regs::Q_CUR_JOB),
-                tail: q.tail,
-                inflight: q.inflight.len(),
-                done: q.done,
-                busy_pct: q.busy.pct(now),
-            };
+            let device = (
+                d.mmio_read32(b + regs::Q_STATE),
+                d.mmio_read32(b + regs::Q_HEAD),
+                d.mmio_read64(b + regs::Q_CUR_JOB),
+            );
+            let line = q.state.line(qi, q.inflight.len(), now, device);
             let _ = writeln!(out, "{line}");
         }
         out
@@ -68,7 +64,11 @@ impl Gpu {
         let mut out = String::new();
         for id in ids {
             let c = &st.clients[id];
-            let contexts = st.contexts.values().filter(|x| x.file == *id).count();
+            let contexts = st
+                .contexts
+                .values()
+                .filter(|x| x.file == *id && x.state.live())
+                .count();
             let _ = writeln!(
                 out,
                 "client={id} pid={} comm={} mem={} objects={} contexts={contexts} jobs={}",
@@ -95,19 +95,7 @@ impl Gpu {
                 .get(&c.file)
                 .map(|k| (k.pid.into(), k.comm.as_str()))
                 .unwrap_or((0, "?"));
-            let line = ContextLine {
-                id: *id,
-                client: c.file,
-                owner: Owner { pid, comm },
-                queue: c.queue,
-                priority: c.priority,
-                submitted: c.submitted,
-                completed: c.completed,
-                reset_status: c.reset_status,
-                ban: c.ban,
-                destroyed: false,
-            };
-            let _ = writeln!(out, "{line}");
+            let _ = writeln!(out, "{}", c.state.line(*id, c.file, Owner { pid, comm }));
         }
         out
     }

@@ -13,14 +13,17 @@ use super::config::SimConfig;
 use super::physmem::{PhysRegion, SharedMem};
 use super::sleep::Woke;
 use crate::backend::{KmdError, KmdResult};
-use rules::fence::{self, Ban, CtxView, InFence, Producer};
+use rules::fence::{self, InFence, Producer};
+use rules::job::{FenceWait, Job as SharedJob};
+use rules::program::{self, Registers};
+use rules::queue::HwQueue;
+use rules::recovery::JobView;
 use rules::ring::{FENCE_SLOTS, RING_ENTRIES};
-use rules::Refusal;
+use rules::{Ban, Context, FenceSlot, FenceSlots, Refusal};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use uapi::ioctl::RESET_NONE;
 use uapi::reason as r;
 use uapi::regs;
 use uapi::ring::{Desc, DESC_SIZE};
@@ -36,64 +39,28 @@ impl Clock for SimClock {
     }
 }
 
-/// A context (software queue) as the KMD tracks it.
+/// A context (software queue) as the KMD tracks it: the state and rules both drivers share
+/// (`rules::Context`, the same aigpu.ko's `kmd/gpu/mod.rs` `Ctx` holds) and the file that
+/// created it, which stays outside as the key of this driver's own table of files
+/// (`State::clients`).
 pub struct Ctx {
     /// Owning file.
     pub file: u64,
-    /// Hardware queue its jobs go to.
-    pub queue: usize,
-    /// `PRIORITY_*`.
-    pub priority: u32,
-    pub(super) fence_slot: u32,
-    /// Last submitted sequence number.
-    pub submitted: u64,
-    /// Last completed sequence number.
-    pub completed: u64,
-    /// `RESET_*`.
-    pub reset_status: u32,
-    /// Why it is banned (never runs again), once it is.
-    pub ban: Option<Ban>,
-    /// CTX_DESTROY is waiting for its work: a WAIT on it fails at once (`rules::fence::wait_done`).
-    pub closing: bool,
-    /// Run times of its last completed jobs (the job-timeout record's `recent_ms`).
-    pub recent: rules::recovery::RecentJobs,
+    /// Queue, fence slot, timeline, ban, destroyed-while-busy, ...
+    pub state: Context,
 }
 
-impl Ctx {
-    /// What an in-fence on this context sees.
-    pub(super) fn producer(&self) -> Producer {
-        Producer {
-            submitted: self.submitted,
-            completed: self.completed,
-            ban: self.ban,
-        }
-    }
-}
+/// One job in a ring (`rules::job::Job`, as aigpu.ko keeps it), in this driver's vectors.
+/// (Named `SharedJob` here: cbindgen, which reads this crate for `include/umd.h`, resolves a
+/// path by its last name and would take `rules::job::Job` for this alias itself.)
+pub(super) type Job = SharedJob<Vec<Desc>, Vec<FenceWait>>;
 
-pub(super) struct Job {
-    pub(super) id: u64,
-    pub(super) ctx: u32,
-    pub(super) file: u64,
-    pub(super) seqno: u64,
-    pub(super) descs: Vec<Desc>,
-    /// For each `WAIT` descriptor, in order: the producer context and the fence value.
-    pub(super) deps: Vec<(u32, u64)>,
-    /// Ring index one past the job's last descriptor.
-    pub(super) end: u32,
-    /// When it was submitted (`mono_ns`), for its run time (`rules::recovery::RunTimes`).
-    pub(super) submitted_ns: u64,
-}
-
+/// One hardware queue: the state both drivers keep (`rules::queue::HwQueue`: tail, watchdog
+/// clock, busy samples, run times, jobs retired), its ring's address and its jobs in ring order.
 pub(super) struct Queue {
     pub(super) ring_pa: u64,
-    pub(super) tail: u32,
+    pub(super) state: HwQueue,
     pub(super) inflight: VecDeque<Job>,
-    pub(super) clock: rules::recovery::JobClock,
-    pub(super) busy: rules::recovery::BusySamples,
-    /// When each job started and ended (the contexts' recent run times).
-    pub(super) runs: rules::recovery::RunTimes,
-    /// Jobs completed on this queue.
-    pub(super) done: u64,
 }
 
 /// Counters shown by tools and tests.
@@ -117,7 +84,8 @@ pub struct State {
     next_job: u64,
     /// Live contexts by id.
     pub contexts: HashMap<u32, Ctx>,
-    pub(super) free_fence_slots: Vec<u32>,
+    /// Who owns and who reads each fence slot (`rules::FenceSlots`).
+    pub(super) fence_slots: Vec<FenceSlot>,
     /// Address-space slots for user files (the last one is the kernel driver's own), by owner.
     pub(super) as_slots: [Option<u64>; regs::NUM_AS_SLOTS - 1],
     pub(super) queues: Vec<Queue>,
@@ -132,8 +100,8 @@ impl State {
     pub(super) fn producer(&self, file: u64, id: u32) -> Option<Producer> {
         self.contexts
             .get(&id)
-            .filter(|c| c.file == file)
-            .map(Ctx::producer)
+            .filter(|c| c.file == file && c.state.live())
+            .map(|c| c.state.producer())
     }
 }
 
@@ -195,6 +163,19 @@ pub struct Gpu {
     pub(super) publisher: Option<super::publish::Publisher>,
 }
 
+/// The device model's registers, as `rules::program` writes them.
+pub(super) struct Mmio<'a>(pub(super) &'a mut Device<SharedMem, SimClock>);
+
+impl Registers for Mmio<'_> {
+    fn write32(&mut self, offset: usize, value: u32) {
+        self.0.mmio_write32(offset, value);
+    }
+
+    fn write64(&mut self, offset: usize, value: u64) {
+        self.0.mmio_write64(offset, value);
+    }
+}
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a lock is caught at the C ABI and reported; the data is still
     // consistent enough to keep failing cleanly, so poisoning is not propagated.
@@ -206,6 +187,21 @@ fn err(r: Refusal) -> KmdError {
 }
 
 const LOST: Refusal = Refusal::new(r::DEVICE_LOST);
+
+/// Removes context `id` now, or keeps it destroyed while jobs of it are in a ring
+/// (`rules::Context::destroy`; `job_gone` in `recovery.rs` frees it with its last job).
+pub(super) fn remove_ctx(st: &mut State, id: u32) {
+    if st.contexts.get_mut(&id).is_some_and(|c| c.state.destroy()) {
+        free_ctx(st, id);
+    }
+}
+
+/// Frees context `id` and its fence slot.
+pub(super) fn free_ctx(st: &mut State, id: u32) {
+    if let Some(c) = st.contexts.remove(&id) {
+        st.fence_slots.release(c.state.fence_slot);
+    }
+}
 
 impl Gpu {
     /// Creates the device, programs its rings and starts its device thread.
@@ -224,12 +220,8 @@ impl Gpu {
                 .ok_or("no memory for rings")?;
             queues.push(Queue {
                 ring_pa,
-                tail: 0,
+                state: HwQueue::default(),
                 inflight: VecDeque::new(),
-                clock: Default::default(),
-                busy: Default::default(),
-                runs: Default::default(),
-                done: 0,
             });
         }
         let dev = Device::new(SharedMem(mem.clone()), SimClock(Instant::now()));
@@ -244,7 +236,7 @@ impl Gpu {
                 next_ctx: 1,
                 next_job: 1,
                 contexts: HashMap::new(),
-                free_fence_slots: (0..FENCE_SLOTS).rev().collect(),
+                fence_slots: vec![FenceSlot::default(); FENCE_SLOTS as usize],
                 as_slots: [None; regs::NUM_AS_SLOTS - 1],
                 queues,
                 counters: Counters::default(),
@@ -286,33 +278,18 @@ impl Gpu {
         Ok(gpu)
     }
 
-    /// Programs IRQ mask, debug control, the address-space slots and every ring (after start
-    /// and after a reset).
+    /// Programs the device (`rules::program`: IRQ mask, debug control, the files' address-space
+    /// slots, every ring) after start and after a reset. Unlike aigpu.ko the simulator has no
+    /// address space of its own (aigpu.ko's serves its debugfs `inject_hang` /
+    /// `inject_page_fault` packets, which libumd does not reach: `Backend::debug_inject`), and
+    /// so no injected HANG that would need `DEBUG_CTRL.HANG` without hang debugging.
     pub(super) fn program(&self, d: &mut Device<SharedMem, SimClock>, st: &State) {
-        d.mmio_write32(regs::IRQ_MASK, regs::IRQ_ALL);
-        d.mmio_write32(
-            regs::DEBUG_CTRL,
-            if self.cfg.hang_debug {
-                regs::DEBUG_CTRL_HANG
-            } else {
-                0
-            },
-        );
-        for (s, owner) in st.as_slots.iter().enumerate() {
-            if let Some(c) = owner.and_then(|o| st.clients.get(&o)) {
-                d.mmio_write64(regs::as_pt_base(s), c.pt_root);
-                d.mmio_write32(regs::as_config(s), regs::AS_ENABLED);
-            }
-        }
-        for (q, queue) in st.queues.iter().enumerate() {
-            let b = regs::queue_base(q);
-            d.mmio_write64(b + regs::Q_RING_BASE, queue.ring_pa);
-            d.mmio_write32(b + regs::Q_RING_SIZE, RING_ENTRIES);
-            d.mmio_write32(
-                b + regs::Q_CTRL,
-                regs::Q_CTRL_ENABLE | (rules::queue::queue_priority(q) << regs::Q_CTRL_PRIO_SHIFT),
-            );
-        }
+        let spaces = st.as_slots.iter().enumerate().filter_map(|(s, owner)| {
+            let c = owner.and_then(|o| st.clients.get(&o))?;
+            Some((s, c.pt_root))
+        });
+        let rings = st.queues.iter().map(|q| q.ring_pa);
+        program::program(&mut Mmio(d), self.cfg.hang_debug, spaces, rings);
     }
 
     /// The KMD state (lock order: state before device).
@@ -389,17 +366,27 @@ impl Gpu {
             .state()
             .contexts
             .iter()
-            .filter(|(_, c)| c.file == file)
+            .filter(|(_, c)| c.file == file && c.state.live())
             .map(|(&i, _)| i)
             .collect();
         for id in ids {
             let _ = self.ctx_destroy(file, id);
         }
         let mut st = self.state();
+        if st.clients.get(&file).is_some_and(|c| c.inflight > 0) && !st.lost {
+            // Still running after the waits: cancel the file's work (its page tables are about
+            // to go away), as aigpu.ko does at file close. Its contexts are banned quietly;
+            // everyone else's work is resubmitted, and the reset frees the destroyed ones.
+            for c in st.contexts.values_mut().filter(|c| c.file == file) {
+                c.state.ban.get_or_insert(Ban::Dropped);
+            }
+            let mut d = lock(&self.dev);
+            self.recover(&mut st, &mut d);
+        }
         let slot = st.clients.remove(&file).and_then(|c| c.slot);
         if let Some(s) = slot {
             st.as_slots[s] = None;
-            lock(&self.dev).mmio_write32(regs::as_config(s), 0);
+            program::unbind_space(&mut Mmio(&mut lock(&self.dev)), s);
         }
         let closed = st.clients.is_empty();
         drop(st);
@@ -416,19 +403,23 @@ impl Gpu {
         if st.lost {
             return Err(err(LOST));
         }
-        if st.contexts.values().filter(|c| c.file == file).count()
+        if st
+            .contexts
+            .values()
+            .filter(|c| c.file == file && c.state.live())
+            .count()
             >= uapi::ioctl::MAX_CONTEXTS as usize
         {
             return Err(err(Refusal::new(r::CTX_LIMIT)));
         }
-        let Some(fence_slot) = st.free_fence_slots.pop() else {
+        let Some(fence_slot) = st.fence_slots.take_free() else {
             return Err(err(Refusal::new(r::DEVICE_CTX_LIMIT)));
         };
         self.mem
             .write_u64(self.fence_page + 8 * fence_slot as u64, 0);
         let mut load = [0usize; regs::NUM_QUEUES];
         for c in st.contexts.values() {
-            load[c.queue] += 1;
+            load[c.state.queue] += 1;
         }
         let queue = rules::queue::choose(priority, &load);
         // A fresh id not in use (ids wrap, skipping live ones).
@@ -441,37 +432,29 @@ impl Gpu {
             id,
             Ctx {
                 file,
-                queue,
-                priority,
-                fence_slot,
-                submitted: 0,
-                completed: 0,
-                reset_status: RESET_NONE,
-                ban: None,
-                closing: false,
-                recent: Default::default(),
+                state: Context::new(queue, priority, fence_slot),
             },
         );
         tracing::debug!(kmd_ctx = id, queue, priority, "context created");
         Ok(id)
     }
 
-    /// Destroys a context after its pending work finished (bounded by the job timeout).
+    /// Destroys a context after its pending work left the rings (bounded by the job timeout).
+    /// Work still in a ring then keeps it, destroyed and invisible, with its fence slot, until
+    /// that work leaves (`rules::context`), as in aigpu.ko.
     pub fn ctx_destroy(&self, file: u64, id: u32) -> KmdResult<()> {
         let deadline = Instant::now() + 2 * self.job_timeout + Duration::from_secs(1);
         let mut st = self.state();
-        match st.contexts.get_mut(&id) {
-            Some(c) if c.file == file => c.closing = true,
-            _ => return Err(err(Refusal::new(r::CTX_INVALID))),
+        Self::ctx_of(&st, file, id)?;
+        if let Some(c) = st.contexts.get_mut(&id) {
+            c.state.closing = true;
         }
         // Its waiters wake now and see it closing (see `wait`), as in aigpu.ko.
         self.notify();
         loop {
-            let Some(c) = st.contexts.get(&id) else {
-                return Err(err(Refusal::new(r::CTX_INVALID)));
-            };
+            let c = Self::ctx_of(&st, file, id)?;
             let now = Instant::now();
-            if c.completed >= c.submitted || c.ban.is_some() || st.lost || now >= deadline {
+            if c.state.settled() || st.lost || now >= deadline {
                 break;
             }
             st = self
@@ -480,16 +463,14 @@ impl Gpu {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        if let Some(c) = st.contexts.remove(&id) {
-            st.free_fence_slots.push(c.fence_slot);
-        }
+        remove_ctx(&mut st, id);
         Ok(())
     }
 
-    /// Looks up a context of `file`.
+    /// Looks up a live (not destroyed) context of `file`.
     fn ctx_of(st: &State, file: u64, id: u32) -> KmdResult<&Ctx> {
         match st.contexts.get(&id) {
-            Some(c) if c.file == file => Ok(c),
+            Some(c) if c.file == file && c.state.live() => Ok(c),
             _ => Err(err(Refusal::new(r::CTX_INVALID))),
         }
     }
@@ -514,9 +495,7 @@ impl Gpu {
             c.slot = Some(s);
             c.pt_root
         });
-        let mut d = lock(&self.dev);
-        d.mmio_write64(regs::as_pt_base(s), pt_root);
-        d.mmio_write32(regs::as_config(s), regs::AS_ENABLED);
+        program::bind_space(&mut Mmio(&mut lock(&self.dev)), s, pt_root);
         Some(s)
     }
 
@@ -539,10 +518,10 @@ impl Gpu {
                 return Err(err(LOST));
             }
             let ctx = Self::ctx_of(&st, file, ctx_id)?;
-            if let Some(b) = ctx.ban {
+            if let Some(b) = ctx.state.ban {
                 return Err(err(b.on_submit()));
             }
-            let queue = ctx.queue;
+            let queue = ctx.state.queue;
             // In-fences (re-checked after every sleep: a producer may have completed or been
             // banned meanwhile).
             descs.clear();
@@ -552,24 +531,24 @@ impl Gpu {
                 match fence::in_fence(i as u32, f.flags, f.seqno, producer).map_err(err)? {
                     InFence::Signalled => {}
                     InFence::Wait => {
-                        let slot = st.contexts.get(&f.ctx_id).map_or(0, |c| c.fence_slot);
+                        let slot = st.contexts.get(&f.ctx_id).map_or(0, |c| c.state.fence_slot);
                         descs.push(Desc {
                             kind: uapi::ring::DESC_WAIT,
                             fence_pa: self.fence_page + 8 * slot as u64,
                             value: f.seqno,
                             ..Desc::default()
                         });
-                        deps.push((f.ctx_id, f.seqno));
+                        deps.push(FenceWait {
+                            ctx: f.ctx_id,
+                            slot,
+                            value: f.seqno,
+                        });
                     }
                 }
             }
             let q = &st.queues[queue];
-            let head = q
-                .inflight
-                .front()
-                .map(|j| j.end.wrapping_sub(j.descs.len() as u32))
-                .unwrap_or(q.tail);
-            let ring_ok = rules::ring::fits(head, q.tail, descs.len() + cmdbufs.len());
+            let head = q.inflight.front().map(|j| j.start).unwrap_or(q.state.tail);
+            let ring_ok = rules::ring::fits(head, q.state.tail, descs.len() + cmdbufs.len());
             let slot = if ring_ok {
                 self.ensure_slot(&mut st, file)
             } else {
@@ -598,7 +577,7 @@ impl Gpu {
         let (fence_slot, seqno) = st
             .contexts
             .get(&ctx_id)
-            .map_or((0, 1), |c| (c.fence_slot, c.submitted + 1));
+            .map_or((0, 1), |c| (c.state.fence_slot, c.state.next_seqno()));
         let fence_pa = self.fence_page + 8 * fence_slot as u64;
         for (i, cb) in cmdbufs.iter().enumerate() {
             let last = i + 1 == cmdbufs.len();
@@ -619,21 +598,27 @@ impl Gpu {
             });
         }
         if let Some(c) = st.contexts.get_mut(&ctx_id) {
-            c.submitted = seqno;
+            c.state.queued(seqno);
+        }
+        for w in &deps {
+            st.fence_slots.watch(w.slot);
         }
         st.counters.jobs += 1;
         if let Some(c) = st.clients.get_mut(&file) {
             c.jobs += 1;
             c.inflight += 1;
         }
-        let end = self.write_ring(&mut st, queue, &descs);
+        let (start, end) = self.write_ring(&mut st, queue, &descs);
         st.queues[queue].inflight.push_back(Job {
-            id: job_id,
-            ctx: ctx_id,
+            view: JobView {
+                id: job_id,
+                ctx: ctx_id,
+                seqno,
+            },
             file,
-            seqno,
             descs,
             deps,
+            start,
             end,
             submitted_ns: crate::error::detail::mono_ns(),
         });
@@ -651,22 +636,20 @@ impl Gpu {
         Ok(seqno)
     }
 
-    /// Writes descriptors at the queue's tail; returns the new tail.
-    pub(super) fn write_ring(&self, st: &mut State, queue: usize, descs: &[Desc]) -> u32 {
+    /// Writes descriptors at the queue's tail; returns the first one's index and the new tail.
+    pub(super) fn write_ring(&self, st: &mut State, queue: usize, descs: &[Desc]) -> (u32, u32) {
         let q = &mut st.queues[queue];
+        let start = q.state.tail;
         for d in descs {
-            let pa = q.ring_pa + (q.tail % RING_ENTRIES) as u64 * DESC_SIZE as u64;
+            let pa = q.ring_pa + (q.state.tail % RING_ENTRIES) as u64 * DESC_SIZE as u64;
             let _ = vgpu::model::PhysMem::write(&*self.mem, pa, &d.to_bytes());
-            q.tail = q.tail.wrapping_add(1);
+            q.state.tail = q.state.tail.wrapping_add(1);
         }
-        q.tail
+        (start, q.state.tail)
     }
 
     fn ring_doorbell(&self, queue: usize, tail: u32) {
-        let mut d = lock(&self.dev);
-        let b = regs::queue_base(queue);
-        d.mmio_write32(b + regs::Q_TAIL, tail);
-        d.mmio_write32(b + regs::Q_DOORBELL, 1);
+        program::doorbell(&mut Mmio(&mut lock(&self.dev)), queue, tail);
     }
 
     /// Sleeps until `seqno` on the context completes, the deadline passes, the context is lost
@@ -684,8 +667,8 @@ impl Gpu {
                 return Err(err(LOST));
             }
             let c = Self::ctx_of(&st, file, ctx_id)?;
-            if fence::wait_done(seqno, c.submitted, c.completed, c.closing, c.ban).map_err(err)? {
-                return Ok(c.completed);
+            if c.state.wait_done(seqno).map_err(err)? {
+                return Ok(c.state.completed);
             }
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|&d| d > now) else {
@@ -706,16 +689,7 @@ impl Gpu {
         if st.lost {
             return Err(err(LOST));
         }
-        let c = Self::ctx_of(&st, file, ctx_id)?;
-        Ok(fence::ctx_state(
-            ctx_id,
-            CtxView {
-                reset_status: c.reset_status,
-                ban: c.ban,
-                submitted: c.submitted,
-                completed: c.completed,
-            },
-        ))
+        Ok(Self::ctx_of(&st, file, ctx_id)?.state.ctx_state(ctx_id))
     }
 
     /// Applies a test injection. Falling off the bus is noticed at once, as aigpu.ko notices it

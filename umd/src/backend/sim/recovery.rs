@@ -4,30 +4,33 @@
 //! records are libumd log records (docs/logging.md): the facts aigpu.ko prints in its dmesg line
 //! (`rules::report`) are their fields, with the simulated kernel's context id as `kmd_ctx`.
 
-use super::gpu::{lock, Gpu, Job, SimClock, State};
+use super::gpu::{lock, Gpu, Job, Mmio, SimClock, State};
 use super::physmem::SharedMem;
-use rules::recovery::{self, Blame, JobView, WaitFate};
+use rules::job::FenceWait;
+use rules::recovery::{self, Blame, WaitFate};
 use rules::report::{HangFacts, QueueActivity};
-use rules::{Ban, FaultInfo};
+use rules::{Ban, FaultInfo, FenceSlots};
 use std::time::{Duration, Instant};
-use uapi::ioctl::{RESET_GUILTY, RESET_INNOCENT, RESET_NONE};
 use uapi::regs;
 use vgpu::model::{Device, Step};
 
 type Dev = Device<SharedMem, SimClock>;
 
-/// A job left its ring (retired or dropped): the file's in-flight count.
+/// A job left its ring (retired or dropped): the file's and the context's in-flight counts; a
+/// destroyed context goes with its last job (`rules::Context::job_left`).
 fn job_gone(st: &mut State, job: &Job) {
     if let Some(c) = st.clients.get_mut(&job.file) {
         c.inflight = c.inflight.saturating_sub(1);
     }
-}
-
-fn view(j: &Job) -> JobView {
-    JobView {
-        id: j.id,
-        ctx: j.ctx,
-        seqno: j.seqno,
+    if st
+        .contexts
+        .get_mut(&job.view.ctx)
+        .is_some_and(|c| c.state.job_left())
+    {
+        super::gpu::free_ctx(st, job.view.ctx);
+    }
+    for w in &job.deps {
+        st.fence_slots.unwatch(w.slot);
     }
 }
 
@@ -43,10 +46,9 @@ impl Gpu {
                 .is_some_and(|j| rules::ring::at_or_after(head, j.end))
             {
                 if let Some(job) = st.queues[qi].inflight.pop_front() {
-                    st.queues[qi].done += 1;
-                    let ran = st.queues[qi].runs.completed(job.submitted_ns, now);
-                    if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                        c.recent.push(recovery::ms_between(0, ran));
+                    let ran = st.queues[qi].state.retired(job.submitted_ns, now);
+                    if let Some(c) = st.contexts.get_mut(&job.view.ctx) {
+                        c.state.recent.push(recovery::ms_between(0, ran));
                     }
                     job_gone(st, &job);
                 }
@@ -54,13 +56,11 @@ impl Gpu {
         }
         let fence_page = self.fence_page;
         for c in st.contexts.values_mut() {
-            if c.ban.is_some() {
-                continue; // a banned context's fence no longer means completion
-            }
-            if let Some(v) = self.mem.read_u64(fence_page + 8 * c.fence_slot as u64) {
-                if v > c.completed && v <= c.submitted {
-                    c.completed = v;
-                }
+            if let Some(v) = self
+                .mem
+                .read_u64(fence_page + 8 * c.state.fence_slot as u64)
+            {
+                c.state.fence_read(v);
             }
         }
     }
@@ -105,7 +105,7 @@ impl Gpu {
         let job = d.mmio_read64(regs::FAULT_JOB);
         let queue = regs::fault_queue(fs) as usize;
         let blame = st.queues.get(queue).map_or(Blame::Nobody, |q| {
-            recovery::blame(job, q.inflight.iter().map(view))
+            recovery::blame(job, q.inflight.iter().map(|j| j.view))
         });
         st.counters.faults += 1;
         let mem_error = info.kind == regs::FAULT_BUS_ERROR || status & regs::IRQ_MEM_ERROR != 0;
@@ -144,8 +144,7 @@ impl Gpu {
             "{msg}"
         );
         if let Some(c) = blame.guilty().and_then(|g| st.contexts.get_mut(&g.ctx)) {
-            c.ban = Some(Ban::Fault(info));
-            c.reset_status = RESET_GUILTY;
+            c.state.guilty(Ban::Fault(info));
         }
         self.recover(st, d);
     }
@@ -158,16 +157,15 @@ impl Gpu {
         let qb = regs::queue_base(queue);
         let head = d.mmio_read32(qb + regs::Q_HEAD);
         let q = st.queues.get(queue);
-        let the_job = q.and_then(|q| q.inflight.iter().find(|j| j.id == job));
+        let the_job = q.and_then(|q| q.inflight.iter().find(|j| j.view.id == job));
         let at_wait_desc = the_job.is_some_and(|j| {
-            let start = j.end.wrapping_sub(j.descs.len() as u32);
             j.descs
-                .get(head.wrapping_sub(start) as usize)
+                .get(head.wrapping_sub(j.start) as usize)
                 .is_some_and(|x| x.kind == uapi::ring::DESC_WAIT)
         });
         HangFacts {
             ran_ms: u64::from(recovery::ms_between(
-                q.map_or(now, |q| q.clock.since_ns()),
+                q.map_or(now, |q| q.state.clock.since_ns()),
                 now,
             )),
             activity: QueueActivity::from_regs(
@@ -180,8 +178,8 @@ impl Gpu {
             timeout_ms: self.cfg.job_timeout_ms,
             timeout_source: self.cfg.job_timeout_source,
             recent: the_job
-                .and_then(|j| st.contexts.get(&j.ctx))
-                .map_or_else(Default::default, |c| c.recent),
+                .and_then(|j| st.contexts.get(&j.view.ctx))
+                .map_or_else(Default::default, |c| c.state.recent),
         }
     }
 
@@ -197,14 +195,14 @@ impl Gpu {
         let mut hung = None;
         for (qi, q) in st.queues.iter_mut().enumerate() {
             let busy = !q.inflight.is_empty();
-            q.busy.sample(now, busy);
+            q.state.busy.sample(now, busy);
             let cur = if busy {
                 d.mmio_read64(regs::queue_base(qi) + regs::Q_CUR_JOB)
             } else {
                 0
             };
-            if let Some(job) = q.clock.observe(busy, cur, now, timeout) {
-                let guilty = q.inflight.iter().map(view).find(|j| j.id == job);
+            if let Some(job) = q.state.clock.observe(busy, cur, now, timeout) {
+                let guilty = q.inflight.iter().map(|j| j.view).find(|j| j.id == job);
                 hung = Some((qi, job, guilty));
                 break;
             }
@@ -259,8 +257,7 @@ impl Gpu {
         );
         if let Some(g) = guilty {
             if let Some(c) = st.contexts.get_mut(&g.ctx) {
-                c.ban = Some(Ban::Hang);
-                c.reset_status = RESET_GUILTY;
+                c.state.guilty(Ban::Hang);
             }
         }
         self.recover(&mut st, &mut d);
@@ -275,32 +272,37 @@ impl Gpu {
         loop {
             let mut bans = Vec::new();
             for job in st.queues.iter().flat_map(|q| q.inflight.iter()) {
-                let Some(consumer) = st.contexts.get(&job.ctx) else {
+                let Some(consumer) = st.contexts.get(&job.view.ctx) else {
                     continue;
                 };
-                let found = job.deps.iter().find_map(|&(p, v)| {
-                    let producer = st.contexts.get(&p).map(|c| c.producer());
-                    recovery::consumer_ban(consumer.ban, p, producer, v).map(|b| (p, v, b))
-                });
+                let found = job.deps.iter().find_map(
+                    |&FenceWait {
+                         ctx: p, value: v, ..
+                     }| {
+                        let producer = st.contexts.get(&p).map(|c| c.state.producer());
+                        recovery::consumer_ban(consumer.state.ban, p, producer, v)
+                            .map(|b| (p, v, b))
+                    },
+                );
                 if let Some((p, v, b)) = found {
-                    bans.push((job.ctx, job.seqno, p, v, b));
+                    bans.push((job.view.ctx, job.view.seqno, p, v, b));
                 }
             }
             if bans.is_empty() {
                 return;
             }
             for (ctx, seqno, producer, producer_seqno, ban) in bans {
-                let cause = match st.contexts.get(&producer).and_then(|c| c.ban) {
+                let cause = match st.contexts.get(&producer).and_then(|c| c.state.ban) {
                     Some(b) => b,
                     None => continue,
                 };
                 let Some(c) = st.contexts.get_mut(&ctx) else {
                     continue;
                 };
-                if c.ban.is_some() {
+                if c.state.ban.is_some() {
                     continue;
                 }
-                c.ban = Some(ban);
+                c.state.ban = Some(ban);
                 tracing::error!(
                     device = self.index,
                     kmd_ctx = ctx,
@@ -330,20 +332,19 @@ impl Gpu {
         let (mut resubmitted, mut dropped) = (0u32, 0u32);
         for qi in 0..st.queues.len() {
             let jobs: Vec<Job> = st.queues[qi].inflight.drain(..).collect();
-            st.queues[qi].tail = 0;
-            st.queues[qi].clock.reset();
-            st.queues[qi].runs.restart(crate::error::detail::mono_ns());
+            st.queues[qi].state.reset(crate::error::detail::mono_ns());
             for mut job in jobs {
-                let keep = st.contexts.get(&job.ctx).is_some_and(|c| c.ban.is_none());
+                let keep = st
+                    .contexts
+                    .get(&job.view.ctx)
+                    .is_some_and(|c| c.state.ban.is_none());
                 if !keep {
                     job_gone(st, &job);
                     dropped += 1;
                     continue;
                 }
-                if let Some(c) = st.contexts.get_mut(&job.ctx) {
-                    if c.reset_status == RESET_NONE {
-                        c.reset_status = RESET_INNOCENT;
-                    }
+                if let Some(c) = st.contexts.get_mut(&job.view.ctx) {
+                    c.state.resubmitted();
                 }
                 // Waits that are satisfied are left out; none fails here (propagation above
                 // banned every job that had one).
@@ -351,26 +352,25 @@ impl Gpu {
                 let (mut descs, mut deps) = (Vec::new(), Vec::new());
                 for desc in job.descs.iter() {
                     if desc.kind == uapi::ring::DESC_WAIT {
-                        let (p, v) = job.deps.get(k).copied().unwrap_or((0, 0));
+                        let Some(&w) = job.deps.get(k) else { continue };
                         k += 1;
-                        let producer = st.contexts.get(&p).map(|c| c.producer());
-                        if recovery::wait_fate(p, producer, v) != WaitFate::Keep {
+                        let producer = st.contexts.get(&w.ctx).map(|c| c.state.producer());
+                        if recovery::wait_fate(w.ctx, producer, w.value) != WaitFate::Keep {
+                            // Left out of the ring: it no longer reads the slot.
+                            st.fence_slots.unwatch(w.slot);
                             continue;
                         }
-                        deps.push((p, v));
+                        deps.push(w);
                     }
                     descs.push(*desc);
                 }
                 job.descs = descs;
                 job.deps = deps;
-                job.end = self.write_ring(st, qi, &job.descs);
+                (job.start, job.end) = self.write_ring(st, qi, &job.descs);
                 st.queues[qi].inflight.push_back(job);
                 resubmitted += 1;
             }
-            let tail = st.queues[qi].tail;
-            let b = regs::queue_base(qi);
-            d.mmio_write32(b + regs::Q_TAIL, tail);
-            d.mmio_write32(b + regs::Q_DOORBELL, 1);
+            rules::program::doorbell(&mut Mmio(d), qi, st.queues[qi].state.tail);
         }
         tracing::warn!(
             device = self.index,
