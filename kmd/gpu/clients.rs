@@ -14,6 +14,7 @@ use crate::{
     ioctl::{fail, Fail},
     rules::{
         fence::{self, CtxView},
+        lost::ReinitLine,
         Ban, Refusal,
     },
     text::{Comm, Level, Text},
@@ -54,7 +55,7 @@ impl Gpu {
             }
             self.program(&st);
             let mut t = Text::new();
-            tprint!(&mut t, "device re-initialised (power cycle) after it was lost; no context was left on it");
+            tprint!(&mut t, "{}", ReinitLine { lost_cause: st.lost_cause });
             self.log(Level::Warn, &t);
         }
         if st.lost {
