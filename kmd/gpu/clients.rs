@@ -49,6 +49,8 @@ impl Gpu {
                 q.clock.reset();
             }
             st.lost = false;
+            // A fresh device model: an injection armed on the old one (and not seen) is gone.
+            st.injected = Default::default();
             st.slots = [None; USER_SLOTS];
             for (_, c) in st.clients.iter_mut() {
                 c.slot = None;
