@@ -15,12 +15,15 @@ use kernel::drm::device::{WedgeRecovery, WedgeTaskInfo};
 use crate::{
     dump,
     gpu::{Gpu, Sched},
+    rules::{lost::WedgedLine, report::Owner},
     text::{Level, Text},
     tprint,
 };
 
-/// The recovery method sent with the event.
+/// The recovery method sent with the event, and its name in the uevent (`WEDGED=`) and the
+/// log line.
 const RECOVERY: WedgeRecovery = WedgeRecovery::VendorSpecific;
+const RECOVERY_NAME: &str = "vendor-specific";
 
 /// The device is lost: dump, wedged event, one log line. Called once per loss, by the code that
 /// declares it, with the scheduler state before the lost jobs are dropped.
@@ -40,13 +43,12 @@ pub(crate) fn device_lost(gpu: &Gpu, st: &Sched) {
         // Never opened: nobody to tell, and nothing ran on it.
         None => Err(kernel::error::code::ENODEV),
     };
+    let line = WedgedLine {
+        recovery: RECOVERY_NAME,
+        sent: sent.map_err(|e| -e.to_errno()),
+        guilty: guilty.map(|(pid, comm)| Owner { pid: pid.into(), comm }),
+    };
     let mut t = Text::new();
-    match sent {
-        Ok(()) => tprint!(
-            &mut t,
-            "wedged: uevent WEDGED=vendor-specific sent; recovery: close every file of the device, the next open re-initialises it"
-        ),
-        Err(e) => tprint!(&mut t, "wedged: no uevent sent (error {})", e.to_errno()),
-    }
+    tprint!(&mut t, "{}", line);
     gpu.log(Level::Warn, &t);
 }

@@ -12,7 +12,7 @@ use super::{ns_to_jiffies, Client, ClientStats, Ctx, Gpu, Job, Sched, USER_SLOTS
 use crate::{
     hw::mono_ns,
     ioctl::{fail, Fail},
-    rules::{Ban, Context, FenceSlots, Refusal},
+    rules::{lost::ReinitLine, Ban, Context, FenceSlots, Refusal},
     text::{Comm, Level, Text},
     tprint,
     uapi::{
@@ -45,13 +45,15 @@ impl Gpu {
                 q.state.reset(now);
             }
             st.lost = false;
+            // A fresh device model: an injection armed on the old one (and not seen) is gone.
+            st.injected = Default::default();
             st.slots = [None; USER_SLOTS];
             for (_, c) in st.clients.iter_mut() {
                 c.slot = None;
             }
             self.program(&st);
             let mut t = Text::new();
-            tprint!(&mut t, "device re-initialised (power cycle) after it was lost; no context was left on it");
+            tprint!(&mut t, "{}", ReinitLine { lost_cause: st.lost_cause });
             self.log(Level::Warn, &t);
         }
         if st.lost {

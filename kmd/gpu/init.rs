@@ -114,6 +114,8 @@ impl Gpu {
             wd_armed: false,
             inject_hang: false,
             inject_fault: false,
+            injected: Default::default(),
+            lost_cause: Default::default(),
         };
         let gpu = Arc::pin_init(
             try_pin_init!(Gpu {

@@ -53,8 +53,9 @@ use crate::{
     hw::Hw,
     pt::PtPage,
     rules::{
-        program::{self, Registers},
         job::FenceWait,
+        lost::LossCause,
+        program::{self, Registers},
         queue::HwQueue,
         report::TimeoutSource,
         Context, FenceSlot,
@@ -262,6 +263,27 @@ pub(crate) struct Sched {
     /// Fault injection armed for the next job.
     inject_hang: bool,
     inject_fault: bool,
+    /// The injections not yet seen in an event, so its line says `injected=1`.
+    pub(crate) injected: Injected,
+    /// Why the device was lost (meaningful while `lost`, and for the re-initialisation line).
+    pub(crate) lost_cause: LossCause,
+}
+
+/// The fault injections (the root-only debugfs files `inject_*`) armed and not yet seen in the
+/// event they make: the fault or loss line of that event says `injected=1` (`rules::report`,
+/// `rules::lost`), so nobody takes a test's fault for a hardware one.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Injected {
+    /// `inject_mem_error`: the next memory error is this one.
+    pub(crate) mem_error: bool,
+    /// `inject_reset_failure`: the next failed reset.
+    pub(crate) reset_failure: bool,
+    /// `inject_fall_off_bus`.
+    pub(crate) off_bus: bool,
+    /// The job `inject_page_fault` put its faulting packet in front of.
+    pub(crate) fault_job: Option<u64>,
+    /// The job `inject_hang` put its HANG packet in front of.
+    pub(crate) hang_job: Option<u64>,
 }
 
 /// One virtual GPU's execution state.

@@ -12,7 +12,8 @@ use crate::{
     hw::mono_ns,
     rules::{
         recovery::{self, Blame, WaitFate},
-        report::{self, DependencyLine, FaultLine, HangFacts, HangLine, Owner, QueueActivity, ResetLine},
+        lost::{LossCause, LostLine},
+        report::{DependencyLine, FaultLine, HangFacts, HangLine, Owner, QueueActivity, ResetLine},
         Ban, FaultInfo, FenceSlots,
     },
     text::{Comm, Level, Text},
@@ -57,12 +58,23 @@ impl Gpu {
         st.counters.faults += 1;
         let mem_error = info.kind == regs::FAULT_BUS_ERROR || status & regs::IRQ_MEM_ERROR != 0;
         let kind = if mem_error { "mem_error" } else { "page_fault" };
+        // An armed injection is taken by the first event of its kind.
+        let injected = if info.kind == regs::FAULT_BUS_ERROR {
+            core::mem::take(&mut st.injected.mem_error)
+        } else {
+            let ours = st.injected.fault_job == Some(job);
+            if ours {
+                st.injected.fault_job = None;
+            }
+            ours
+        };
         let d = dump::build(self, st, kind, queue, job, Some(info), None);
         let line = FaultLine {
             fault: info,
             queue,
             job,
             ctx: blame.job().map(|j| (j.ctx, Self::owner_of(st, j.ctx), blame.guilty().is_some())),
+            injected,
         };
         let mut t = Text::new();
         tprint!(&mut t, "{}", line);
@@ -191,12 +203,17 @@ impl Gpu {
             .get(queue)
             .and_then(|q| q.jobs.iter().map(|j| j.view).find(|j| j.id == job));
         let facts = self.hang_facts(st, queue, job, now);
+        let injected = st.injected.hang_job == Some(job);
+        if injected {
+            st.injected.hang_job = None;
+        }
         let d = dump::build(self, st, "hang", queue, job, None, Some(&facts));
         let line = HangLine {
             queue,
             job,
             guilty: guilty.map(|g| (g.ctx, g.seqno, Self::owner_of(st, g.ctx))),
             facts,
+            injected,
         };
         let mut t = Text::new();
         tprint!(&mut t, "{}", line);
@@ -252,9 +269,11 @@ impl Gpu {
     /// bring it back.
     pub(super) fn recover(&self, st: &mut Sched) {
         st.counters.resets += 1;
+        // Read before the reset: a device off the bus reads all ones already (`LossCause`).
+        let id_before = self.hw.read32(regs::ID);
         self.hw.write32(regs::RESET, regs::RESET_ENGINE);
         if self.hw.read32(regs::ID) != regs::ID_VALUE {
-            self.declare_lost(st);
+            self.declare_lost(st, LossCause::from_id_reads(id_before));
             return;
         }
         self.hw.write32(regs::IRQ_ACK, regs::IRQ_ALL);
@@ -339,11 +358,17 @@ impl Gpu {
     }
 
     /// The device did not come back: every waiter wakes with `ENODEV`, every ioctl fails fast,
-    /// said once in the log. Jobs are dropped.
-    pub(super) fn declare_lost(&self, st: &mut Sched) {
+    /// said once in the log, with why (`cause`) and whether an injection did it. Jobs are
+    /// dropped.
+    pub(super) fn declare_lost(&self, st: &mut Sched, cause: LossCause) {
         if !st.lost {
+            let injected = match cause {
+                LossCause::ResetFailed => core::mem::take(&mut st.injected.reset_failure),
+                LossCause::OffBus => core::mem::take(&mut st.injected.off_bus),
+            };
+            st.lost_cause = cause;
             let mut t = Text::new();
-            tprint!(&mut t, "{}", report::LOST_LINE);
+            tprint!(&mut t, "{}", LostLine { cause, injected });
             self.log(Level::Err, &t);
             // Before the jobs go: the dump names the guilty context and the ones whose work is
             // dropped.
@@ -363,18 +388,24 @@ impl Gpu {
 
     // ---- fault injection (root-only debugfs files) ----
 
+    // Each marks its injection armed before the device sees it, so the event's line says
+    // `injected=1`.
+
     /// `inject_mem_error`.
     pub(crate) fn inject_mem_error(&self) {
+        self.sched.lock().injected.mem_error = true;
         self.hw.inject_bus_error();
     }
 
     /// `inject_reset_failure`.
     pub(crate) fn inject_reset_failure(&self) {
+        self.sched.lock().injected.reset_failure = true;
         self.hw.inject_reset_failure();
     }
 
     /// `inject_fall_off_bus`: the device goes away now; noticed at once.
     pub(crate) fn inject_fall_off_bus(&self) {
+        self.sched.lock().injected.off_bus = true;
         self.hw.fall_off_bus();
         {
             let mut st = self.sched.lock();

@@ -147,6 +147,11 @@ impl Gpu {
                 job_id,
                 ..Desc::default()
             });
+            if st.inject_hang {
+                st.injected.hang_job = Some(job_id);
+            } else {
+                st.injected.fault_job = Some(job_id);
+            }
             st.inject_hang = false;
             st.inject_fault = false;
         }

@@ -375,6 +375,31 @@ int main(int argc, char **argv) {
         if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdContextDestroy(c) != UMD_SUCCESS || umdContextDestroy(b) != UMD_SUCCESS ||
             umdContextDestroy(a) != UMD_SUCCESS || umdDeviceClose(d1) != UMD_SUCCESS || umdDeviceClose(d0) != UMD_SUCCESS)
             return 2;
+    } else if (strcmp(mode, "injected-hardware") == 0) {
+        /* The test hook's hardware faults on the simulator: a memory error on the next access
+         * (a job's, or the fetch of its descriptor), then the device falls off the bus. The
+         * simulated kernel's records say injected=1 (umd/tests/short_process.rs). */
+        umdDevice dev;
+        umdContext ctx, c2;
+        umdBuffer buf;
+        umdDevicePtr va;
+        umdCmdBuf cb;
+        umdFence f;
+        if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &ctx) != UMD_SUCCESS ||
+            umdMemAlloc(ctx, 4096, 0, &buf) != UMD_SUCCESS || umdMemGetAddress(buf, &va) != UMD_SUCCESS ||
+            umdCmdBufCreate(ctx, &cb) != UMD_SUCCESS || umdCmdBufBegin(cb) != UMD_SUCCESS ||
+            umdCmdFill(cb, va, 4096, 1) != UMD_SUCCESS || umdCmdBufEnd(cb) != UMD_SUCCESS)
+            return 2;
+        say("inject memory error", umdDebugInjectFault(dev, UMD_DEBUG_FAULT_MEM_ERROR));
+        if (umdSubmit(ctx, &cb, 1, NULL, 0, &f) != UMD_SUCCESS) return 2;
+        umdResult w = umdFenceWait(&f, 10ull * 1000 * 1000 * 1000);
+        say("memory error wait", w == UMD_SUCCESS || w == UMD_ERR_CTX_LOST ? UMD_SUCCESS : w);
+        say("inject fall off the bus", umdDebugInjectFault(dev, UMD_DEBUG_FAULT_FALL_OFF_BUS));
+        say("context after the fall", umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2));
+        /* Clean-up still succeeds on the lost device (exit status 3 if not). */
+        if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdMemFree(buf) != UMD_SUCCESS ||
+            umdContextDestroy(ctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
+            return 3;
     } else if (strcmp(mode, "long-packet") == 0) {
         /* argv[2]: the driver's job timeout in ms (the module parameter or UMD_SIM_JOB_TIMEOUT_MS). */
         int rc = long_packet(argc > 2 ? atol(argv[2]) : 2000);

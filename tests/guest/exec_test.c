@@ -1182,13 +1182,15 @@ static void test_page_fault(void)
 	      "rc=%d reason=%d", res[4], res[5]);
 	char frag_ctx[96];
 	snprintf(frag_ctx, sizeof(frag_ctx), "ctx=%d pid=%d comm=exec_test job=", res[6], (int)child);
-	char *line = klog_find("aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=", frag_ctx,
-			       "; context banned", NULL);
-	CHECK("page-fault-dmesg-line", line != NULL, "no 'page fault: unmapped read at va=0x7f0010000 offset=24 queue=.. %s..; "
-						     "context banned' line", frag_ctx);
+	/* rules::report::FaultLine: the kind and access as fields, and not injected. */
+	char *line = klog_find("aigpu aigpu0: page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=", frag_ctx,
+			       " injected=0; context banned", NULL);
+	CHECK("page-fault-dmesg-line", line != NULL,
+	      "no 'page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=.. %s.. injected=0; "
+	      "context banned' line", frag_ctx);
 	free(line);
-	line = klog_find("aigpu aigpu0: engine reset done; resubmitted=", " dropped=", NULL);
-	CHECK("page-fault-reset-line", line != NULL, "no 'engine reset done; resubmitted=N dropped=M' line");
+	line = klog_find("aigpu aigpu0: engine reset done: resubmitted=", " dropped=", NULL);
+	CHECK("page-fault-reset-line", line != NULL, "no 'engine reset done: resubmitted=N dropped=M' line");
 	free(line);
 	char *dump;
 	unsigned num = last_crash(&dump);
@@ -1242,7 +1244,7 @@ static void test_hang(void)
 	e = pkt_hang(e);
 	uint32_t *q = cmd_alloc(&g, 8, &va_i), *qe = pkt_fill(q, VA + 0x51000, 64, 0x77777777u);
 	memset(g.map + 0x51000, 0, 64);
-	int resets_before = klog_count("engine reset done; ");
+	int resets_before = klog_count("engine reset done: ");
 	struct sub sh = submit1(&g, h, va_h, p, e, NULL, 0);
 	struct sub si = submit1(&g, inn, va_i, q, qe, NULL, 0);
 	struct waited w = wait_for(&g, h, sh.seqno, 20);
@@ -1272,18 +1274,18 @@ static void test_hang(void)
 	 * module parameter's timeout (EXEC_PARAMS), how long it ran past it. */
 	char tail[160];
 	snprintf(tail, sizeof(tail),
-		 " state=hung offset=24 timeout_ms=%u timeout_source=module_param recent_ms=none; context banned, resetting engine",
+		 " state=hung offset=24 timeout_ms=%u timeout_source=module_param recent_ms=none injected=0; context banned, resetting engine",
 		 TIMEOUT_MS);
 	char *line = klog_find(frag, " seqno=1 ran_ms=", tail, NULL);
 	long long ran = field_of(line, " ran_ms=");
 	CHECK("hang-dmesg-line", line != NULL && ran >= TIMEOUT_MS && ran < TIMEOUT_MS + 3000,
 	      "no '%s... seqno=1 ran_ms=<%u..%u>%s' line (ran_ms=%lld)", frag, TIMEOUT_MS, TIMEOUT_MS + 3000, tail, ran);
 	free(line);
-	line = klog_find("aigpu aigpu0: engine reset done; resubmitted=", " dropped=", NULL);
+	line = klog_find("aigpu aigpu0: engine reset done: resubmitted=", " dropped=", NULL);
 	int n_res = line ? atoi(strstr(line, "resubmitted=") + 12) : -1;
-	CHECK("hang-reset-line-counts-innocent", line && klog_count("engine reset done; ") == resets_before + 1 && n_res >= 1,
+	CHECK("hang-reset-line-counts-innocent", line && klog_count("engine reset done: ") == resets_before + 1 && n_res >= 1,
 	      "line '%s' (resets before %d, now %d)", line ? line : "(none)", resets_before,
-	      klog_count("engine reset done; "));
+	      klog_count("engine reset done: "));
 	free(line);
 	char *dump;
 	unsigned num = last_crash(&dump);
@@ -1384,6 +1386,13 @@ static void test_injections(void)
 	      "write %d, submit %d, wait rc=%d reason=%u hung=%u, dump:\n%s", r, s.rc, w.rc, w.reason, st.hung,
 	      dump ? dump : "(none)");
 	free(dump);
+	/* The lines say so: rules::report::HangLine's and FaultLine's `injected`. */
+	char frag[96];
+	snprintf(frag, sizeof(frag), "aigpu aigpu0: job timeout: ctx=%u pid=%d comm=exec_test ", ctx, (int)getpid());
+	char *line = klog_find(frag, " injected=1; context banned, resetting engine", NULL);
+	CHECK("inject-hang-dmesg-injected", line != NULL, "no '%s... injected=1; context banned, resetting engine' line",
+	      frag);
+	free(line);
 
 	r = dfs_write("inject_page_fault", "1");
 	s = submit1(&g, ctx2, va, p, e, NULL, 0);
@@ -1393,20 +1402,32 @@ static void test_injections(void)
 					   st.fault_type == AIGPU_FAULT_UNMAPPED && st.fault_va == 0xdead0000ull,
 	      "write %d, submit %d, wait rc=%d, reset=%u fault=%u va=%#llx", r, s.rc, w.rc, st.reset_status, st.fault_type,
 	      (unsigned long long)st.fault_va);
+	snprintf(frag, sizeof(frag), " ctx=%u pid=%d comm=exec_test job=", ctx2, (int)getpid());
+	line = klog_find("aigpu aigpu0: page fault: fault=unmapped access=read va=0xdead0000 offset=0 queue=", frag,
+			 " injected=1; context banned", NULL);
+	CHECK("inject-page-fault-dmesg-injected", line != NULL,
+	      "no 'page fault: fault=unmapped access=read va=0xdead0000 offset=0 queue=..%s.. injected=1; context banned' line",
+	      frag);
+	free(line);
 
 	/* The next memory access of the device fails: here the fetch of the next descriptor, which
 	 * no job owns; the engine is reset and the job runs again (as on the simulator). */
-	int before = klog_count("aigpu aigpu0: uncorrectable memory error: bus-error");
+	const char *MEM = "aigpu aigpu0: uncorrectable memory error: fault=bus-error access=";
+	int before = klog_count(MEM);
 	r = dfs_write("inject_mem_error", "1");
 	s = submit1(&g, ctx3, va, p, e, NULL, 0);
 	w = wait_for(&g, ctx3, s.seqno, 30000);
 	last_crash(&dump);
-	CHECK("inject-mem-error", r == 0 && s.rc == 0 && w.rc == 0 &&
-					  klog_count("aigpu aigpu0: uncorrectable memory error: bus-error") == before + 1 &&
-					  dump && strstr(dump, "kind=mem_error") && strstr(dump, "fault type=bus-error"),
+	CHECK("inject-mem-error", r == 0 && s.rc == 0 && w.rc == 0 && klog_count(MEM) == before + 1 && dump &&
+					  strstr(dump, "kind=mem_error") && strstr(dump, "fault type=bus-error"),
 	      "write %d, submit %d, wait rc=%d reason=%u, log lines %d -> %d, dump:\n%s", r, s.rc, w.rc, w.reason, before,
-	      klog_count("aigpu aigpu0: uncorrectable memory error: bus-error"), dump ? dump : "(none)");
+	      klog_count(MEM), dump ? dump : "(none)");
 	free(dump);
+	/* The line says it was injected (rules::report::FaultLine's `injected`): the last one. */
+	line = klog_find(MEM, NULL);
+	CHECK("inject-mem-error-dmesg-injected", line && strstr(line, " injected=1; "), "last line: %s",
+	      line ? line : "(none)");
+	free(line);
 	/* Injection files are write-only, for root only. */
 	static const char *const inj[] = { "inject_mem_error", "inject_reset_failure", "inject_fall_off_bus",
 					   "inject_hang", "inject_page_fault", "inject_uapi_version" };
@@ -1612,7 +1633,8 @@ static void test_device_lost(void)
 		fail("device-lost", "setup rc=%d", r);
 		return;
 	}
-	const char *LOST = "aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV";
+	/* rules::lost::LostLine: why (the reset failed) and that a test injected it. */
+	const char *LOST = "aigpu aigpu0: device lost: cause=reset_failed injected=1; every ioctl now fails with ENODEV";
 	int before = klog_count(LOST);
 	__u64 va;
 	uint32_t *p = cmd_alloc(&g, 8, &va), *e = pkt_hang(p);
@@ -1704,7 +1726,9 @@ static void test_device_lost(void)
 		e = pkt_fill(p, VA + 64, 64, 0x600dd00du);
 	s = r ? (struct sub){ .rc = r } : submit1(&g, cx, va, p, e, NULL, 0);
 	w = s.rc ? (struct waited){ .rc = s.rc } : wait_for(&g, cx, s.seqno, 10000);
-	char *line = klog_find("aigpu aigpu0: device re-initialised", NULL);
+	char *line = klog_find(
+		"aigpu aigpu0: device re-initialised: method=power_cycle lost_cause=reset_failed; no context was left on it",
+		NULL);
 	CHECK("device-works-once-no-context-is-left", w.rc == 0 && line &&
 							      *(volatile uint32_t *)(g.map + 64) == 0x600dd00du,
 	      "setup %d submit %d wait %d, re-init line %s", r, s.rc, w.rc, line ? "present" : "missing");

@@ -698,7 +698,16 @@ static void test_wedged(void)
 			close(sock);
 		return;
 	}
-	int sent_before = dmesg_count("wedged: uevent WEDGED=vendor-specific sent");
+	/* The driver's lines (rules::lost): the loss with its cause, the event with the process it
+	 * names, the re-initialisation. */
+	const char *LOST = "device lost: cause=reset_failed injected=1; every ioctl now fails with ENODEV";
+	const char *REINIT = "device re-initialised: method=power_cycle lost_cause=reset_failed; no context was left on it";
+	char wedged[160];
+	snprintf(wedged, sizeof(wedged),
+		 "wedged: recovery=vendor-specific uevent=sent pid=%d comm=%s; close every file of the device, the next "
+		 "open re-initialises it",
+		 (int)getpid(), comm);
+	int sent_before = dmesg_count(wedged), lost_before = dmesg_count(LOST), reinit_before = dmesg_count(REINIT);
 
 	/* A hang whose engine reset fails: the device is lost. */
 	struct client c;
@@ -725,8 +734,10 @@ static void test_wedged(void)
 	const char *miss = first_missing(ev, ev_want);
 	CHECK("wedged-uevent", ev && !miss, "lacks '%s' in:\n%s", miss ? miss : "", ev ? ev : "(no WEDGED uevent in 10 s)");
 	free(ev);
-	CHECK("wedged-dmesg-once", dmesg_count("wedged: uevent WEDGED=vendor-specific sent") == sent_before + 1,
-	      "%d lines (was %d)", dmesg_count("wedged: uevent WEDGED=vendor-specific sent"), sent_before);
+	CHECK("wedged-dmesg-once", dmesg_count(wedged) == sent_before + 1, "'%s': %d lines (was %d)", wedged,
+	      dmesg_count(wedged), sent_before);
+	CHECK("wedged-lost-line-once", dmesg_count(LOST) == lost_before + 1, "'%s': %d lines (was %d)", LOST,
+	      dmesg_count(LOST), lost_before);
 	struct fdinfo fi;
 	int rf = fdinfo_read(0, c.fd, &fi);
 	CHECK("wedged-fdinfo-lost", rf == 0 && fdinfo_get(&fi, "aigpu-lost") == 1, "rc=%d aigpu-lost %lld", rf,
@@ -750,6 +761,8 @@ static void test_wedged(void)
 	w = r ? r : wait_seqno(&c, seq, 10000, &reason);
 	CHECK("wedged-recovery-works", r == 0 && w == 0 && *(volatile uint32_t *)(c.cpu + 60) == 0x600dd00du,
 	      "open/submit %d, wait %d reason %u", r, w, reason);
+	CHECK("wedged-reinit-line", dmesg_count(REINIT) == reinit_before + 1, "'%s': %d lines (was %d)", REINIT,
+	      dmesg_count(REINIT), reinit_before);
 	client_close(&c);
 	close(sock);
 }

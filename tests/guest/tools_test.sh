@@ -332,7 +332,7 @@ post)
   triage triage-lost /tmp/t3
   rc "triage-lost-exit" $trc 0 "$OUT/triage-lost.out"
   hasline "triage-lost-hardware" "$OUT/triage-lost.out" \
-    "  hardware: aigpu0 is lost: the engine did not come back from a reset (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)"
+    "  hardware: aigpu0 is lost: the engine did not come back from a reset, injected through debugfs inject_reset_failure (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)"
   has "triage-lost-application" "$OUT/triage-lost.out" "  application: device lost at "
   has "triage-lost-application-cause" "$OUT/triage-lost.out" "$cause"
   # Both devices' devcoredumps: aigpu0's is the loss's (published before its hang's dump, which
@@ -374,7 +374,7 @@ post)
   triage triage-lost-after /tmp/t3b
   rc "triage-lost-after-exit" $trc 0 "$OUT/triage-lost-after.out"
   hasline "triage-lost-after-hardware" "$OUT/triage-lost-after.out" \
-    "  hardware: aigpu0 was lost (an engine reset failed) and has been re-initialised since"
+    "  hardware: aigpu0 was lost (an engine reset failed, injected through debugfs inject_reset_failure) and has been re-initialised since"
   has "triage-lost-after-application" "$OUT/triage-lost-after.out" "$cause (re-initialised since)"
 
   if rmmod aigpu; then ok "rmmod-after-lost"; else bad "rmmod-after-lost" "rmmod aigpu failed"; fi

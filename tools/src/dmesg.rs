@@ -1,9 +1,18 @@
 //! The kernel log: reading it (a given text file, else `dmesg`; the previous boot from
 //! `journalctl -k -b -1`), filtering it to what concerns the driver, and recognising the lines
 //! triage draws conclusions from. The patterns are listed in docs/tools.md.
+//!
+//! The driver's own event lines are `rules` formats: recognised by their lead
+//! (`rules::lead`) and read by key into the typed facts of [`Event`]; the kernel's own
+//! lines about the module (version magic, unknown symbols, module verification, splats) are the
+//! kernel's formats and recognised as such.
 
 use crate::host::{run, Host, Notes};
 use crate::kv::Kv;
+mod driver;
+use driver::driver_event;
+pub use driver::FaultFacts;
+use rules::rules::lost::LossCause;
 use std::time::Duration;
 
 /// A kernel log text and where it came from.
@@ -236,20 +245,28 @@ pub enum Event {
         /// UAPI major.minor.
         uapi: Option<(u32, u32)>,
     },
-    /// A page fault line.
-    Fault,
-    /// A job timeout / hang line.
+    /// A fault line (`rules::report::FaultLine`): a page fault, or an uncorrectable memory
+    /// error (a hardware event, [`FaultFacts::mem_error`]).
+    Fault(FaultFacts),
+    /// A job timeout line (`rules::report::HangLine`; its facts are read by key where used).
     Hang,
-    /// The device was declared lost.
-    Lost,
-    /// An engine reset failed.
-    ResetFailed,
-    /// A lost device was power-cycled and works again (`device re-initialised (power cycle) ...`).
-    Reinit,
-    /// The device fell off the bus.
-    OffBus,
-    /// An uncorrectable memory error.
-    MemError,
+    /// The device was declared lost (`rules::lost::LostLine`).
+    Lost {
+        /// Why: the reset failed, or it fell off the bus.
+        cause: LossCause,
+        /// A fault injection did it.
+        injected: bool,
+    },
+    /// A lost device was power-cycled and works again (`rules::lost::ReinitLine`).
+    Reinit {
+        /// Why it had been lost (`None`: the field did not name a cause this tool knows).
+        lost_cause: Option<LossCause>,
+    },
+    /// The DRM wedged event of a lost device (`rules::lost::WedgedLine`).
+    Wedged {
+        /// The uevent was sent.
+        sent: bool,
+    },
     /// A kernel warning, BUG or oops whose backtrace names aigpu.
     Splat,
     /// The driver's `LEAK:` line at device release.
@@ -343,27 +360,9 @@ pub fn classify(log: &KernelLog) -> Vec<Found> {
         } else if is_leak(b) && l.contains("aigpu") {
             push(&mut out, Event::Leak);
         } else if ours {
-            let e = if l.contains("re-initialised") {
-                Some(Event::Reinit)
-            } else if l.contains("off the bus") || l.contains("fell off") {
-                Some(Event::OffBus)
-            } else if l.contains("reset") && l.contains("fail") {
-                Some(Event::ResetFailed)
-            } else if l.contains("memory error")
-                || l.contains("mem_error")
-                || l.contains("bus-error")
-                || l.contains("uncorrectable")
-            {
-                Some(Event::MemError)
-            } else if l.contains("device lost") || l.contains("device is lost") {
-                Some(Event::Lost)
-            } else if FAULT_LEADS
-                .iter()
-                .any(|lead| message(line).starts_with(lead))
-            {
-                Some(Event::Fault)
-            } else if message(line).starts_with(HANG_LEAD) {
-                Some(Event::Hang)
+            // The driver's event lines by their declared lead; then the kernel's load errors.
+            let e = if let Some(e) = driver_event(message(line)) {
+                Some(e)
             } else if l.contains("out of range")
                 || l.contains("module verification failed")
                 || (l.starts_with("aigpu:") && (l.contains("fail") || l.contains("error")))
@@ -392,11 +391,6 @@ pub fn message(line: &str) -> &str {
         .unwrap_or(b)
 }
 
-/// The leads of the driver's fault and job-timeout lines (`rules::report::FaultLine`,
-/// `HangLine`).
-const FAULT_LEADS: [&str; 3] = ["page fault:", "GPU fault:", "uncorrectable memory error:"];
-const HANG_LEAD: &str = "job timeout:";
-
 /// The fields of a driver line in a `rules::report` format (docs/kmd.md, "Faults, hangs, reset
 /// and device loss"): its `key=value` pairs, the lead's words in `words`, without the clause
 /// for people after the last `; `.
@@ -406,10 +400,11 @@ pub fn report_fields(line: &str) -> Kv {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use rules::rules::lead;
 
-    fn log(t: &str) -> KernelLog {
+    pub(super) fn log(t: &str) -> KernelLog {
         KernelLog {
             source: "dmesg".into(),
             lines: t.lines().map(str::to_string).collect(),
@@ -439,17 +434,24 @@ mod tests {
         assert_eq!(f[0].index, 0);
     }
 
+    pub(super) fn events(lines: &[String]) -> Vec<Event> {
+        classify(&log(&lines.join("\n")))
+            .into_iter()
+            .map(|f| f.event)
+            .collect()
+    }
+
     #[test]
     fn the_drivers_lines_by_their_fields() {
-        let fault = "[ 9.1] aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711; context banned";
+        let fault = "[ 9.1] aigpu aigpu0: page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711 injected=0; context banned";
         let k = report_fields(fault);
-        assert_eq!(k.words, ["page", "fault:", "unmapped", "read", "at"]);
+        assert_eq!(k.words, ["page", "fault:"]);
         assert_eq!(k.get("ctx"), Some("12"));
         assert_eq!(k.get("va"), Some("0x7f0010000"));
         assert_eq!(k.get("comm"), Some("python"));
         assert_eq!(
-            k.get("job"),
-            Some("4711"),
+            k.get("injected"),
+            Some("0"),
             "the clause for people is not a value"
         );
         let hang = "[ 9.2] aigpu 0000:00:04.0: job timeout: ctx=3 pid=50 comm=my app queue=1 job=18 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x4000 wait_value=1 offset=0 timeout_ms=2000 timeout_source=default recent_ms=none; context banned, resetting engine";
@@ -457,12 +459,26 @@ mod tests {
         assert_eq!(k.get("comm"), Some("my app"));
         assert_eq!(k.get("recent_ms"), Some("none"));
         assert_eq!(message(hang).split(' ').next(), Some("job"));
-        let f = classify(&log(&format!(
-            "{fault}\n{hang}\n[ 9.3] aigpu aigpu0: the word timeout in some other line\n"
-        )));
         assert_eq!(
-            f.iter().map(|f| f.event.clone()).collect::<Vec<_>>(),
-            vec![Event::Fault, Event::Hang],
+            events(&[
+                fault.to_string(),
+                hang.to_string(),
+                "[ 9.3] aigpu aigpu0: the word timeout in some other line".into()
+            ]),
+            vec![
+                Event::Fault(FaultFacts {
+                    class: lead::PAGE_FAULT,
+                    fault: "unmapped".into(),
+                    access: "read".into(),
+                    va: Some(0x7f0010000),
+                    offset: Some(24),
+                    ctx: Some(12),
+                    pid: Some(4411),
+                    comm: Some("python".into()),
+                    injected: false,
+                }),
+                Event::Hang
+            ],
             "only the declared leads"
         );
     }

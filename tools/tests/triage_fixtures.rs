@@ -534,7 +534,7 @@ fn lost_device_reinitialised_since() {
     let st = read(&status).replace("state=lost", "state=ok");
     std::fs::write(&status, st).expect("status");
     let mut dmesg = read(&m.join("dmesg.txt"));
-    dmesg.push_str("[ 7990.100000] aigpu aigpu0: device re-initialised (power cycle) after it was lost; no context was left on it\n");
+    dmesg.push_str("[ 7990.100000] aigpu aigpu0: device re-initialised: method=power_cycle lost_cause=reset_failed; no context was left on it\n");
     std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
     let (screen, _, _) = triage(&m, &fixtures().join("logs"), &[]);
     let hw: Vec<&str> = screen
@@ -546,8 +546,8 @@ fn lost_device_reinitialised_since() {
         hw,
         vec![
             "  hardware: aigpu0 was lost (an engine reset failed) and has been re-initialised since",
-            "    evidence (dmesg): [ 7987.652113] aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV",
-            "    evidence (dmesg): [ 7990.100000] aigpu aigpu0: device re-initialised (power cycle) after it was lost; no context was left on it",
+            "    evidence (dmesg): [ 7987.652113] aigpu aigpu0: device lost: cause=reset_failed injected=0; every ioctl now fails with ENODEV",
+            "    evidence (dmesg): [ 7990.100000] aigpu aigpu0: device re-initialised: method=power_cycle lost_cause=reset_failed; no context was left on it",
         ],
         "{screen}"
     );
@@ -555,6 +555,89 @@ fn lost_device_reinitialised_since() {
         verdict_line(&screen, "application"),
         "  application: device lost at 02:13:07 after a page fault at 0x7f0010000 in context 12 (pid 4411, python) (re-initialised since)"
     );
+}
+
+/// A loss whose line says the device fell off the bus, injected by a test: the hardware finding
+/// says both, from the line's `cause` and `injected` fields, and so do its JSON fields.
+#[test]
+fn lost_off_the_bus_by_injection() {
+    let m = machine("lost");
+    let dmesg = read(&m.join("dmesg.txt")).replace(
+        "device lost: cause=reset_failed injected=0;",
+        "device lost: cause=off_bus injected=1;",
+    );
+    std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
+    let (screen, out, _) = triage(&m, &fixtures().join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "hardware"),
+        "  hardware: aigpu0 is lost: it fell off the bus, injected through debugfs inject_fall_off_bus (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)",
+        "{screen}"
+    );
+    let f = verdict_finding(&out, "hardware");
+    assert_eq!(f["kind"], "device_lost");
+    assert_eq!(f["cause"], "off_bus");
+    assert_eq!(f["injected"], true);
+    assert_eq!(
+        f["evidence"][0]["line"],
+        "[ 7987.652113] aigpu aigpu0: device lost: cause=off_bus injected=1; every ioctl now fails with ENODEV"
+    );
+}
+
+/// A memory error that banned a context is the hardware's, never that context's page fault;
+/// injected, it says so.
+#[test]
+fn memory_error_is_hardware_not_a_page_fault() {
+    let m = machine("healthy");
+    let mut dmesg = read(&m.join("dmesg.txt"));
+    dmesg.push_str("[ 7000.000001] aigpu aigpu0: uncorrectable memory error: fault=bus-error access=read va=0x40000000 offset=8 queue=0 ctx=3 pid=77 comm=exec_test job=9 injected=1; context banned\n");
+    std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
+    let out = hardware_not_application(
+        &m,
+        "  hardware: uncorrectable device memory error on aigpu0 at 0x40000000 in context 3 (pid 77, exec_test), injected through debugfs inject_mem_error",
+    );
+    let f = verdict_finding(&out, "hardware");
+    assert_eq!(f["kind"], "memory_error");
+    assert_eq!(f["ctx"], 3);
+    assert_eq!(f["pid"], 77);
+    assert_eq!(f["va"], "0x40000000");
+    assert_eq!(f["injected"], true);
+    assert_eq!(
+        f["fix"],
+        "none needed: the fault was injected by a test (debugfs inject_mem_error)"
+    );
+}
+
+/// A context banned for a memory error (debugfs `contexts` says `fault=bus-error`, the dmesg line
+/// has the memory-error lead) is the hardware's finding; the application layer does not call it
+/// a page fault.
+#[test]
+fn a_context_banned_for_a_memory_error_is_not_a_page_fault() {
+    let m = machine("faulted");
+    let dfs = m.join("root/sys/kernel/debug/dri/0");
+    std::fs::remove_dir_all(dfs.join("crashdumps")).expect("no crash dumps");
+    let contexts = read(&dfs.join("contexts")).replace("fault=unmapped", "fault=bus-error");
+    std::fs::write(dfs.join("contexts"), contexts).expect("contexts");
+    let dmesg = read(&m.join("dmesg.txt")).replace(
+        "page fault: fault=unmapped",
+        "uncorrectable memory error: fault=bus-error",
+    );
+    std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
+    hardware_not_application(
+        &m,
+        "  hardware: uncorrectable device memory error on aigpu0 at 0x7f0010000 in context 12 (pid 4411, python)",
+    );
+}
+
+/// Triage of machine `m` with its own logs: the hardware verdict is `want`, the application's
+/// OK (a memory error is never the application's page fault). Returns the output directory.
+fn hardware_not_application(m: &Path, want: &str) -> std::path::PathBuf {
+    let (screen, out, _) = triage(m, &m.join("logs"), &[]);
+    assert_eq!(verdict_line(&screen, "hardware"), want, "{screen}");
+    assert!(
+        verdict_line(&screen, "application").starts_with("  application: OK"),
+        "{screen}"
+    );
+    out
 }
 
 /// A lost device while another device hung later: the loss is told after the lost device's
@@ -606,9 +689,9 @@ fn dmesg_before_the_latest_probe_is_history() {
     let m = machine("healthy");
     let mut dmesg = read(&m.join("dmesg.txt"));
     dmesg.push_str(
-        "[   40.000001] aigpu aigpu0: page fault: unmapped read at va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711; context banned\n\
-         [   41.000001] aigpu aigpu0: uncorrectable memory error: bus-error fetch at va=0x4e10000 offset=0 queue=0 job=0; no job of a live context owns it\n\
-         [   42.000001] aigpu aigpu0: engine reset failed: device lost; every ioctl now fails with ENODEV\n\
+        "[   40.000001] aigpu aigpu0: page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711 injected=0; context banned\n\
+         [   41.000001] aigpu aigpu0: uncorrectable memory error: fault=bus-error access=fetch va=0x4e10000 offset=0 queue=0 job=0 injected=0; no job of a live context owns it\n\
+         [   42.000001] aigpu aigpu0: device lost: cause=reset_failed injected=0; every ioctl now fails with ENODEV\n\
          [   50.000001] aigpu: version magic '7.3.5 SMP preempt mod_unload ' should be '7.3.4 SMP preempt mod_unload '\n\
          [   60.000001] aigpu aigpu0: virtual AI GPU, UAPI 1.0, driver 0.1.0, 256 MiB\n",
     );
@@ -623,7 +706,7 @@ fn dmesg_before_the_latest_probe_is_history() {
     }
     // The report keeps the history.
     let kept = read(&report_dir(&out).join("dmesg-aigpu.txt"));
-    assert!(kept.contains("engine reset failed: device lost"), "{kept}");
+    assert!(kept.contains("device lost: cause=reset_failed"), "{kept}");
 
     // A kernel warning in the driver and its leak report stay findings across a reload.
     // (The line as the driver prints it: Rust's `pr_err!` prefixes the module name.)
@@ -651,7 +734,7 @@ fn dmesg_before_the_latest_probe_is_history() {
     let (screen, _, _) = triage(&m, &m.join("logs"), &[]);
     assert_eq!(
         verdict_line(&screen, "hardware"),
-        "  hardware: uncorrectable device memory error",
+        "  hardware: uncorrectable device memory error on aigpu0 at 0x4e10000",
         "{screen}"
     );
 }

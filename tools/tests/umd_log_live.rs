@@ -188,6 +188,49 @@ fn umd_log_reads_what_libumd_wrote() {
         .filter_map(|r| r.ctx_u64())
         .collect();
     let (a, b) = (created[0], created[1]);
+
+    // The simulated driver's fault and loss records carry the facts of aigpu.ko's lines, with
+    // their field names (rules/src/rules/report.rs, lost.rs): the fault on b was the program's,
+    // the loss an injected failed reset.
+    use aigpu_tools::umdlog::facts::{self, Fact};
+    use rules::rules::lost::LossCause;
+    let sim_recs = |lead: &str| -> Vec<&aigpu_tools::umdlog::Rec> {
+        set.recs
+            .iter()
+            .filter(|r| r.module.starts_with("umd::backend::sim") && r.msg.starts_with(lead))
+            .collect()
+    };
+    let lost = sim_recs("device lost");
+    assert_eq!(lost.len(), 1, "one loss record: {lost:#?}");
+    assert_eq!(lost[0].field_str("cause").as_deref(), Some("reset_failed"));
+    assert_eq!(lost[0].field_u64("injected"), Some(1));
+    assert_eq!(lost[0].field_str("layer").as_deref(), Some("hardware"));
+    let fault = sim_recs("GPU fault");
+    assert_eq!(fault[0].field_str("fault").as_deref(), Some("unmapped"));
+    assert_eq!(fault[0].field_str("access").as_deref(), Some("write"));
+    assert_eq!(fault[0].field_u64("injected"), Some(0));
+    let typed: Vec<Fact> = facts::all(&set)
+        .into_iter()
+        .map(|(f, _)| f)
+        .filter(|f| matches!(f, Fact::DevLost { .. } | Fact::DevFault { .. }))
+        .collect();
+    assert!(
+        typed.contains(&Fact::DevLost {
+            cause: LossCause::ResetFailed,
+            injected: true
+        }),
+        "{typed:#?}"
+    );
+    assert!(
+        typed.iter().any(|f| matches!(
+            f,
+            Fact::DevFault {
+                injected: Some(false),
+                ..
+            }
+        )),
+        "{typed:#?}"
+    );
     let bin = env!("CARGO_BIN_EXE_umd-log");
     let d = dir.to_str().expect("utf-8 temp dir");
 

@@ -649,7 +649,10 @@ fn a_fault_is_logged_under_the_libumd_context_that_caused_it() {
     assert_eq!(sim.msg, "GPU fault: kmd context 1 banned");
     assert_eq!((sim.level.as_str(), sim.ctx.as_str()), ("ERROR", "-"));
     assert!(
-        sim.params.starts_with("device=1 kmd_ctx=1 seqno=1 "),
+        sim.params.starts_with("device=1 kmd_ctx=1 seqno=1 ")
+            && sim.params.ends_with(
+                " fault=unmapped access=write va=0x7f0010000 offset=0 injected=0 class=\"page fault\" layer=application"
+            ),
         "{}",
         sim.params
     );
@@ -666,6 +669,48 @@ fn a_fault_is_logged_under_the_libumd_context_that_caused_it() {
         !file.iter().any(|f| f.ctx == "1" && f.level != "INFO"),
         "a failure record names the innocent context 1: {:#?}",
         shape(&file)
+    );
+}
+
+/// The test hook's hardware faults on the simulator: the simulated kernel's memory-error and
+/// loss records carry the fields of aigpu.ko's lines (rules/src/rules/report.rs, lost.rs):
+/// `fault`, `access`, `injected`, and the loss's `cause`.
+#[test]
+fn injected_hardware_faults_say_so_in_the_simulated_kernels_records() {
+    let r = run(
+        "injected-hardware",
+        "injected-hardware",
+        &[("UMD_BACKEND", "sim")],
+    );
+    r.assert_exit0();
+    assert!(
+        r.stdout().contains("short_process: inject memory error UMD_SUCCESS\nshort_process: memory error wait UMD_SUCCESS\nshort_process: inject fall off the bus UMD_SUCCESS\nshort_process: context after the fall UMD_ERR_DEVICE_LOST\n"),
+        "{}",
+        r.stdout()
+    );
+    let file = r.file_records();
+    let sim = |lead: &str| -> Vec<Rec> {
+        file.iter()
+            .filter(|f| f.module == "umd::backend::sim::recovery" && f.msg.starts_with(lead))
+            .cloned()
+            .collect()
+    };
+    let fault = sim("GPU fault");
+    assert_eq!(fault.len(), 1, "{:#?}", shape(&file));
+    assert!(
+        fault[0].params.contains(" fault=bus-error access=")
+            && fault[0]
+                .params
+                .ends_with(" injected=1 class=\"uncorrectable memory error\" layer=hardware"),
+        "{}",
+        fault[0].params
+    );
+    let lost = sim("device lost");
+    assert_eq!(lost.len(), 1, "{:#?}", shape(&file));
+    assert_eq!(lost[0].level, "ERROR");
+    assert_eq!(
+        lost[0].params,
+        "device=0 cause=off_bus injected=1 layer=hardware"
     );
 }
 

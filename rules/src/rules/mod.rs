@@ -7,7 +7,7 @@
 //! file may take ([`queue`]), ring arithmetic ([`ring`]), who is guilty of a fault and what an
 //! engine reset does to every queued job, including jobs whose inputs will never be written
 //! ([`recovery`]), the arguments of VM_BIND and VM_UNBIND ([`vm`]), the name tables ([`names`]), the register writes that program the device ([`program`]) and the line formats of dmesg and debugfs that the
-//! tools read ([`report`]).
+//! tools read ([`report`], the device-level ones in [`lost`], their shape and leads in [`lead`]).
 //!
 //! What stays in each driver is what is its own: locks, sleeping and waking, work items and
 //! threads, memory (DMA, GEM, the simulator's physical memory), user copies, and the containers
@@ -23,6 +23,8 @@ pub mod context;
 pub mod fence;
 pub mod flags;
 pub mod job;
+pub mod lead;
+pub mod lost;
 pub mod names;
 pub mod program;
 pub mod queue;

@@ -4,10 +4,14 @@
 //! `key=value` fields after a fixed lead, so `tools/` parses fields, never sentences.
 //!
 //! Each format is a struct whose `Display` writes the line (without a newline), so the kernel
-//! prints it into its text buffer and the simulator into a `String` with the same code.
+//! prints it into its text buffer and the simulator into a `String` with the same code. A driver
+//! line is `<lead>: <fields>[; <clause>]` (`super::lead`: the leads, and how the tools split a
+//! line). The device-level lines (loss, re-initialisation, the wedged event) are in
+//! `super::lost`.
 
 use core::fmt::{self, Display, Formatter};
 
+use super::lead::{self, injected_value};
 use super::names::{prio_name, reset_name};
 use super::Ban;
 use crate::uapi::regs;
@@ -21,25 +25,29 @@ pub struct Owner<C> {
     pub comm: C,
 }
 
-/// `page fault: <kind> <access> at va=... offset=... queue=... ctx=... pid=... comm=...
-/// job=...; context banned`, or `...; descriptor fetch, nobody banned` for a fault while the
-/// device fetched a descriptor of that job (`super::recovery::Blame::Fetching`), or `job=...; no
-/// job of a live context owns it`.
+/// `<class>: fault=<kind> access=<access> va=... offset=... queue=... ctx=... pid=... comm=...
+/// job=... injected=<0|1>; context banned` (`<class>`: [`fault_class`]), or `...; descriptor
+/// fetch, nobody banned` for a fault while the device fetched a descriptor of that job
+/// (`super::recovery::Blame::Fetching`), or `... queue=... job=... injected=...; no job of a live
+/// context owns it`. `fault` and `access` are named as in the debugfs `contexts` line
+/// ([`ContextLine`]) and the simulator's record.
 pub struct FaultLine<C> {
     pub fault: super::FaultInfo,
     pub queue: usize,
     pub job: u64,
     /// The job's context and its owner, and whether it is guilty (banned).
     pub ctx: Option<(u32, Owner<C>, bool)>,
+    /// A fault injection made it (`inject_page_fault`, `inject_mem_error`).
+    pub injected: bool,
 }
 
-/// What kind of event a fault is: `page fault` (the context's own addressing), `uncorrectable
-/// memory error` (hardware), `GPU fault` (anything else).
+/// What kind of event a fault is, its line's lead: `page fault` (the context's own addressing),
+/// `uncorrectable memory error` (hardware), `GPU fault` (anything else).
 pub const fn fault_class(kind: u32) -> &'static str {
     match kind {
-        regs::FAULT_UNMAPPED | regs::FAULT_PERMISSION | regs::FAULT_BAD_PTE => "page fault",
-        regs::FAULT_BUS_ERROR => "uncorrectable memory error",
-        _ => "GPU fault",
+        regs::FAULT_UNMAPPED | regs::FAULT_PERMISSION | regs::FAULT_BAD_PTE => lead::PAGE_FAULT,
+        regs::FAULT_BUS_ERROR => lead::MEM_ERROR,
+        _ => lead::GPU_FAULT,
     }
 }
 
@@ -48,7 +56,7 @@ impl<C: Display> Display for FaultLine<C> {
         let i = &self.fault;
         write!(
             f,
-            "{}: {} {} at va={:#x} offset={} queue={}",
+            "{}: fault={} access={} va={:#x} offset={} queue={}",
             fault_class(i.kind),
             regs::fault_kind_name(i.kind),
             regs::access_name(i.access),
@@ -56,22 +64,20 @@ impl<C: Display> Display for FaultLine<C> {
             i.offset,
             self.queue
         )?;
-        match &self.ctx {
-            Some((ctx, o, guilty)) => write!(
-                f,
-                " ctx={} pid={} comm={} job={}; {}",
-                ctx,
-                o.pid,
-                o.comm,
-                self.job,
-                if *guilty {
-                    "context banned"
-                } else {
-                    "descriptor fetch, nobody banned"
-                }
-            ),
-            None => write!(f, " job={}; no job of a live context owns it", self.job),
+        if let Some((ctx, o, _)) = &self.ctx {
+            write!(f, " ctx={} pid={} comm={}", ctx, o.pid, o.comm)?;
         }
+        write!(
+            f,
+            " job={} injected={}; ",
+            self.job,
+            injected_value(self.injected)
+        )?;
+        f.write_str(match &self.ctx {
+            Some((_, _, true)) => "context banned",
+            Some((_, _, false)) => "descriptor fetch, nobody banned",
+            None => "no job of a live context owns it",
+        })
     }
 }
 
@@ -214,16 +220,18 @@ impl Display for HangFacts {
     }
 }
 
-/// `job timeout: ctx=... pid=... comm=... queue=... job=... seqno=... <HangFacts>; context
-/// banned, resetting engine` (or `job timeout: queue=... job=... <HangFacts>; no job of a live
-/// context owns it, resetting engine`). The clause after the last `; ` is for people; the tools
-/// read the fields before it.
+/// `job timeout: ctx=... pid=... comm=... queue=... job=... seqno=... <HangFacts>
+/// injected=<0|1>; context banned, resetting engine` (or `job timeout: queue=... job=...
+/// <HangFacts> injected=...; no job of a live context owns it, resetting engine`). The clause
+/// after the last `; ` is for people; the tools read the fields before it.
 pub struct HangLine<C> {
     pub queue: usize,
     pub job: u64,
     /// The guilty context, its job's seqno and its owner.
     pub guilty: Option<(u32, u64, Owner<C>)>,
     pub facts: HangFacts,
+    /// A fault injection made it (`inject_hang`).
+    pub injected: bool,
 }
 
 impl<C: Display> Display for HangLine<C> {
@@ -231,13 +239,13 @@ impl<C: Display> Display for HangLine<C> {
         match &self.guilty {
             Some((ctx, seqno, o)) => write!(
                 f,
-                "job timeout: ctx={} pid={} comm={} queue={} job={} seqno={} {}; context banned, resetting engine",
-                ctx, o.pid, o.comm, self.queue, self.job, seqno, self.facts
+                "{}: ctx={} pid={} comm={} queue={} job={} seqno={} {} injected={}; context banned, resetting engine",
+                lead::HANG, ctx, o.pid, o.comm, self.queue, self.job, seqno, self.facts, injected_value(self.injected)
             ),
             None => write!(
                 f,
-                "job timeout: queue={} job={} {}; no job of a live context owns it, resetting engine",
-                self.queue, self.job, self.facts
+                "{}: queue={} job={} {} injected={}; no job of a live context owns it, resetting engine",
+                lead::HANG, self.queue, self.job, self.facts, injected_value(self.injected)
             ),
         }
     }
@@ -262,7 +270,8 @@ impl<C: Display> Display for DependencyLine<C> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "dependency failed: ctx={} pid={} comm={} seqno={} waits for ctx={} seqno={} cause={}; job not run, context banned",
+            "{}: ctx={} pid={} comm={} seqno={} waits for ctx={} seqno={} cause={}; job not run, context banned",
+            lead::DEPENDENCY,
             self.ctx,
             self.owner.pid,
             self.owner.comm,
@@ -274,7 +283,7 @@ impl<C: Display> Display for DependencyLine<C> {
     }
 }
 
-/// `engine reset done; resubmitted=<n> dropped=<n>`: jobs written back, jobs dropped.
+/// `engine reset done: resubmitted=<n> dropped=<n>`: jobs written back, jobs dropped.
 pub struct ResetLine {
     pub resubmitted: u32,
     pub dropped: u32,
@@ -284,14 +293,13 @@ impl Display for ResetLine {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "engine reset done; resubmitted={} dropped={}",
-            self.resubmitted, self.dropped
+            "{}: resubmitted={} dropped={}",
+            lead::RESET_DONE,
+            self.resubmitted,
+            self.dropped
         )
     }
 }
-
-/// The one line said when the device is lost.
-pub const LOST_LINE: &str = "engine reset failed: device lost; every ioctl now fails with ENODEV";
 
 /// A debugfs `contexts` line: `ctx=... client=... pid=... comm=... queue=... prio=...
 /// submitted=... completed=... reset=... hung=...[ fault=... access=... va=... offset=...][
@@ -383,7 +391,7 @@ impl Display for QueueLine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::recovery::RecentJobs;
     use super::*;
     use core::fmt::Write as _;
@@ -426,7 +434,7 @@ mod tests {
         }
     }
 
-    fn assert_text(d: impl Display, want: &str) {
+    pub(in super::super) fn assert_text(d: impl Display, want: &str) {
         let b = text(d);
         assert_eq!(core::str::from_utf8(&b.b[..b.n]), Ok(want));
     }
@@ -443,8 +451,9 @@ mod tests {
                 job: 4711,
                 guilty: Some((12, 57, owner)),
                 facts: facts(QueueActivity::Executing, &[31, 30, 33]),
+                injected: false,
             },
-            "job timeout: ctx=12 pid=4411 comm=python queue=1 job=4711 seqno=57 ran_ms=2004 state=executing offset=24 timeout_ms=2000 timeout_source=default recent_ms=31,30,33; context banned, resetting engine",
+            "job timeout: ctx=12 pid=4411 comm=python queue=1 job=4711 seqno=57 ran_ms=2004 state=executing offset=24 timeout_ms=2000 timeout_source=default recent_ms=31,30,33 injected=0; context banned, resetting engine",
         );
         let mut f = facts(
             QueueActivity::WaitMem {
@@ -460,8 +469,9 @@ mod tests {
                 job: 9,
                 guilty: Some((2, 1, owner)),
                 facts: f,
+                injected: true,
             },
-            "job timeout: ctx=2 pid=4411 comm=python queue=3 job=9 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=24 timeout_ms=2000 timeout_source=module_param recent_ms=none; context banned, resetting engine",
+            "job timeout: ctx=2 pid=4411 comm=python queue=3 job=9 seqno=1 ran_ms=2004 state=waiting wait=mem wait_va=0x40001000 wait_value=7 offset=24 timeout_ms=2000 timeout_source=module_param recent_ms=none injected=1; context banned, resetting engine",
         );
         f.activity = QueueActivity::WaitFence {
             pa: 0x10_0008,
@@ -474,12 +484,71 @@ mod tests {
                 job: 5,
                 guilty: None,
                 facts: f,
+                injected: false,
             },
-            "job timeout: queue=0 job=5 ran_ms=2004 state=waiting wait=fence wait_pa=0x100008 wait_value=3 offset=24 timeout_ms=2000 timeout_source=environment recent_ms=none; no job of a live context owns it, resetting engine",
+            "job timeout: queue=0 job=5 ran_ms=2004 state=waiting wait=fence wait_pa=0x100008 wait_value=3 offset=24 timeout_ms=2000 timeout_source=environment recent_ms=none injected=0; no job of a live context owns it, resetting engine",
         );
         assert_text(
             facts(QueueActivity::Hung, &[1]),
             "ran_ms=2004 state=hung offset=24 timeout_ms=2000 timeout_source=default recent_ms=1",
+        );
+    }
+
+    #[test]
+    fn the_fault_line_has_kind_access_and_injection_as_fields() {
+        let owner = Owner {
+            pid: 4411,
+            comm: "python",
+        };
+        let unmapped = super::super::FaultInfo {
+            kind: regs::FAULT_UNMAPPED,
+            access: regs::ACCESS_READ,
+            va: 0x7_f001_0000,
+            offset: 24,
+        };
+        assert_text(
+            FaultLine {
+                fault: unmapped,
+                queue: 0,
+                job: 4711,
+                ctx: Some((12, owner, true)),
+                injected: false,
+            },
+            "page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=0 ctx=12 pid=4411 comm=python job=4711 injected=0; context banned",
+        );
+        assert_text(
+            FaultLine {
+                fault: unmapped,
+                queue: 2,
+                job: 8,
+                ctx: Some((3, owner, false)),
+                injected: true,
+            },
+            "page fault: fault=unmapped access=read va=0x7f0010000 offset=24 queue=2 ctx=3 pid=4411 comm=python job=8 injected=1; descriptor fetch, nobody banned",
+        );
+        let bus = super::super::FaultInfo {
+            kind: regs::FAULT_BUS_ERROR,
+            access: regs::ACCESS_FETCH,
+            va: 0x4e1_0000,
+            offset: 0,
+        };
+        assert_text(
+            FaultLine::<&str> {
+                fault: bus,
+                queue: 0,
+                job: 0,
+                ctx: None,
+                injected: true,
+            },
+            "uncorrectable memory error: fault=bus-error access=fetch va=0x4e10000 offset=0 queue=0 job=0 injected=1; no job of a live context owns it",
+        );
+        assert_eq!(fault_class(99), lead::GPU_FAULT);
+        assert_text(
+            ResetLine {
+                resubmitted: 2,
+                dropped: 3,
+            },
+            "engine reset done: resubmitted=2 dropped=3",
         );
     }
 

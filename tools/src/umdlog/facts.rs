@@ -156,6 +156,16 @@ pub enum Fact {
         va: u64,
         /// Packet offset in the command buffer.
         offset: Option<u64>,
+        /// `injected`: a fault injection made it (`None` from an older libumd).
+        injected: Option<bool>,
+    },
+    /// The backend's device-loss record (`cause`, one of `rules::lost::LossCause`'s names, the
+    /// field of aigpu.ko's `device lost` line).
+    DevLost {
+        /// Why the device was lost.
+        cause: rules::rules::lost::LossCause,
+        /// A fault injection did it.
+        injected: bool,
     },
     /// The backend's job-timeout record (`timeout_ms` and `kmd_ctx`).
     DevTimeout {
@@ -323,6 +333,16 @@ pub fn of(r: &Rec) -> Option<Fact> {
                 access: s(r, "access"),
                 va: n(r, "va"),
                 offset: r.field_u64("offset"),
+                injected: r.field_u64("injected").map(|v| v == 1),
+            });
+        }
+        if let Some(cause) = r
+            .field_str("cause")
+            .and_then(|c| rules::rules::lost::LossCause::from_name(&c))
+        {
+            return Some(Fact::DevLost {
+                cause,
+                injected: r.field_u64("injected") == Some(1),
             });
         }
         if let (Some(t), Some(k)) = (r.field_u64("timeout_ms"), r.field_u64("kmd_ctx")) {

@@ -13,6 +13,7 @@ use crate::triage::Snapshot;
 use crate::umdlog::facts::{Fact, Process};
 use crate::umdlog::Rec;
 use crate::util::Wall;
+use uapi::regs;
 
 /// A fault or hang, from whichever source saw it.
 #[derive(Clone, Debug)]
@@ -105,7 +106,10 @@ pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
             if crash_ctx.contains(&ctx) {
                 continue;
             }
-            let kind = if c.get("fault").is_some() {
+            // A context banned for a memory error is the hardware layer's, never a page fault.
+            let kind = if c.get("fault") == Some(regs::fault_kind_name(regs::FAULT_BUS_ERROR)) {
+                continue;
+            } else if c.get("fault").is_some() {
                 "page fault"
             } else if c.get("hung") == Some("1") {
                 "job timeout"
@@ -129,26 +133,41 @@ pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
     }
     if kernel_side.is_empty() {
         for (src, f) in dmesg_found(s).iter().chain(journal_found(s).iter()) {
-            let kind = match f.event {
-                Event::Fault => "page fault",
-                Event::Hang => "job timeout",
+            let device = dmesg_device(f).unwrap_or_else(|| "aigpu".into());
+            let incident = match &f.event {
+                // A memory error is the hardware layer's (`hardware.rs`), never a page fault.
+                Event::Fault(x) if !x.mem_error() => Incident {
+                    kind: "page fault",
+                    device,
+                    time: None,
+                    ctx: x.ctx.map(|c| c.to_string()),
+                    pid: x.pid,
+                    comm: x.comm.clone(),
+                    va: x.va.map(|v| format!("{v:#x}")),
+                    offset: x.offset,
+                    detail: format!("{} {}", x.fault, x.access),
+                    hang: None,
+                    evidence: dmesg_ev(src, f),
+                },
+                Event::Hang => {
+                    let k = dmesg::report_fields(&f.line);
+                    Incident {
+                        kind: "job timeout",
+                        device,
+                        time: None,
+                        ctx: k.get("ctx").map(str::to_string),
+                        pid: k.num("pid"),
+                        comm: k.get("comm").map(str::to_string),
+                        va: None,
+                        offset: k.num("offset"),
+                        detail: String::new(),
+                        hang: TimeoutFacts::from_kv(&k),
+                        evidence: dmesg_ev(src, f),
+                    }
+                }
                 _ => continue,
             };
-            let device = dmesg_device(f).unwrap_or_else(|| "aigpu".into());
-            let k = dmesg::report_fields(&f.line);
-            kernel_side.push(Incident {
-                kind,
-                device,
-                time: None,
-                ctx: k.get("ctx").map(str::to_string),
-                pid: k.num("pid"),
-                comm: k.get("comm").map(str::to_string),
-                va: k.get("va").map(str::to_string),
-                offset: k.num("offset"),
-                detail: String::new(),
-                hang: TimeoutFacts::from_kv(&k),
-                evidence: dmesg_ev(src, f),
-            });
+            kernel_side.push(incident);
         }
     }
     kernel_side

@@ -21,6 +21,7 @@ use crate::dmesg::{self, Event, Found};
 use crate::triage::Snapshot;
 use crate::umdlog::facts::{self, Process};
 use crate::umdlog::Rec;
+use rules::rules::lost::LossCause;
 
 /// The layers, bottom up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +98,10 @@ pub struct Facts {
     pub setting: Option<String>,
     /// The fatal signal that ended the process (`SIGSEGV`).
     pub signal: Option<String>,
+    /// Why a device was lost (`rules::lost::LossCause`: `reset_failed`, `off_bus`).
+    pub cause: Option<&'static str>,
+    /// Whether a fault injection made the hardware event (`Some` where the record says).
+    pub injected: Option<bool>,
     /// A job timeout's facts (`timeout::TimeoutFacts`): how long the job ran, ms.
     pub ran_ms: Option<u64>,
     /// What its queue was doing: `executing`, `waiting`, `hung`.
@@ -303,13 +308,11 @@ pub(crate) fn current_instance(v: Vec<(String, Found)>) -> Vec<(String, Found)> 
             | Event::SymbolVersion(_)
             | Event::LoadError => after(last_any, *i),
             // What happened to a device: history once that device probed again.
-            Event::Fault
+            Event::Fault(_)
             | Event::Hang
-            | Event::Lost
-            | Event::ResetFailed
-            | Event::Reinit
-            | Event::OffBus
-            | Event::MemError => {
+            | Event::Lost { .. }
+            | Event::Reinit { .. }
+            | Event::Wedged { .. } => {
                 let dev = dmesg_device(f);
                 let p = dev.and_then(|d| last_of.iter().find(|(x, _)| *x == d).map(|e| e.1));
                 after(p.or(last_any), *i)
@@ -341,12 +344,15 @@ pub(crate) fn dmesg_device(f: &Found) -> Option<String> {
         .map(|d| d.trim_end_matches(':').to_string())
 }
 
-/// A device loss the kernel log records: the device, the `engine reset failed` line, and the
-/// `device re-initialised` line after it when the device has been power-cycled since (the kernel
-/// does that at the next open once no context is left on the lost device).
+/// A device loss the kernel log records: the device, the `device lost` line (`rules::lost::LostLine`)
+/// with its cause, and the `device re-initialised` line after it when the device has been
+/// power-cycled since (the kernel does that at the next open once no context is left on the
+/// lost device).
 pub(crate) struct LostInLog<'a> {
     pub(crate) device: String,
     pub(crate) failed: &'a (String, Found),
+    pub(crate) cause: LossCause,
+    pub(crate) injected: bool,
     pub(crate) reinit: Option<&'a (String, Found)>,
 }
 
@@ -354,17 +360,20 @@ pub(crate) struct LostInLog<'a> {
 pub(crate) fn losses_in_log(dm: &[(String, Found)]) -> Vec<LostInLog<'_>> {
     let mut out: Vec<LostInLog<'_>> = Vec::new();
     for (i, x) in dm.iter().enumerate() {
-        if x.1.event != Event::ResetFailed {
+        let Event::Lost { cause, injected } = x.1.event else {
             continue;
-        }
+        };
         let device = dmesg_device(&x.1).unwrap_or_else(|| "aigpu".into());
         let reinit = dm[i + 1..].iter().find(|(_, f)| {
-            f.event == Event::Reinit && dmesg_device(f).unwrap_or_else(|| "aigpu".into()) == device
+            matches!(f.event, Event::Reinit { .. })
+                && dmesg_device(f).unwrap_or_else(|| "aigpu".into()) == device
         });
         out.retain(|l| l.device != device);
         out.push(LostInLog {
             device,
             failed: x,
+            cause,
+            injected,
             reinit,
         });
     }

@@ -223,7 +223,8 @@ pub(super) fn faults_and_hangs(p: &Process<'_>) -> Vec<Finding> {
                 access,
                 va,
                 offset,
-            } if fault != "bus-error" => Lost {
+                ..
+            } if fault != uapi::regs::fault_kind_name(uapi::regs::FAULT_BUS_ERROR) => Lost {
                 ctx: p.umd_ctx(*k),
                 cause: "fault".into(),
                 fault: fault.clone(),

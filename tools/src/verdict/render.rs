@@ -117,6 +117,8 @@ pub fn facts_json(f: &Facts) -> serde_json::Map<String, Value> {
     put("culprit", f.culprit.map(Value::from));
     put("setting", f.setting.clone().map(Value::from));
     put("signal", f.signal.clone().map(Value::from));
+    put("cause", f.cause.map(Value::from));
+    put("injected", f.injected.map(Value::from));
     put("ran_ms", f.ran_ms.map(Value::from));
     put("state", f.state.clone().map(Value::from));
     put("wait_va", f.wait_va.map(|v| Value::from(format!("{v:#x}"))));

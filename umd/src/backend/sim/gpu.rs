@@ -93,6 +93,20 @@ pub struct State {
     pub counters: Counters,
     /// Open files (clients) by id.
     pub clients: HashMap<u64, Client>,
+    /// The injections not yet seen in an event (as aigpu.ko's `Sched::injected`): the fault or
+    /// loss record of that event says `injected=true`.
+    pub(super) injected: Injected,
+}
+
+/// The test injections ([`Injection`]) armed and not yet seen in the event they make.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Injected {
+    /// The next memory error.
+    pub(super) mem_error: bool,
+    /// The next failed reset.
+    pub(super) reset_failure: bool,
+    /// The fall off the bus.
+    pub(super) off_bus: bool,
 }
 
 impl State {
@@ -241,6 +255,7 @@ impl Gpu {
                 queues,
                 counters: Counters::default(),
                 clients: HashMap::new(),
+                injected: Injected::default(),
             }),
             changed: Condvar::new(),
             sleepers: Default::default(),
@@ -695,6 +710,15 @@ impl Gpu {
     /// Applies a test injection. Falling off the bus is noticed at once, as aigpu.ko notices it
     /// (the reset it tries cannot bring the device back: the device is lost).
     pub fn inject(&self, what: Injection) {
+        // Armed before the device sees it, so the event's record says `injected=true`.
+        {
+            let mut st = self.state();
+            match what {
+                Injection::MemError => st.injected.mem_error = true,
+                Injection::ResetFailure => st.injected.reset_failure = true,
+                Injection::FallOffBus => st.injected.off_bus = true,
+            }
+        }
         let mut d = lock(&self.dev);
         match what {
             Injection::MemError => d.inject_bus_error(),

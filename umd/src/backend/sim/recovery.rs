@@ -7,6 +7,7 @@
 use super::gpu::{lock, Gpu, Job, Mmio, SimClock, State};
 use super::physmem::SharedMem;
 use rules::job::FenceWait;
+use rules::lost::LossCause;
 use rules::recovery::{self, Blame, WaitFate};
 use rules::report::{HangFacts, QueueActivity};
 use rules::{Ban, FaultInfo, FenceSlots};
@@ -118,6 +119,10 @@ impl Gpu {
             regs::access_name(info.access),
         );
         let va = format_args!("{:#x}", info.va);
+        // As aigpu.ko: an armed memory-error injection is taken by the first memory error (the
+        // simulator has no page-fault injection).
+        let injected =
+            info.kind == regs::FAULT_BUS_ERROR && std::mem::take(&mut st.injected.mem_error);
         let (on, msg) = match blame {
             Blame::Guilty(g) => (Some(g), format!("GPU fault: kmd context {} banned", g.ctx)),
             Blame::Fetching(g) => (
@@ -139,6 +144,7 @@ impl Gpu {
             access,
             va,
             offset = info.offset,
+            injected = rules::lead::injected_value(injected),
             class,
             layer,
             "{msg}"
@@ -253,6 +259,8 @@ impl Gpu {
             timeout_ms = facts.timeout_ms,
             timeout_source,
             recent_ms,
+            // The simulator has no hang injection (aigpu.ko's `inject_hang`): never injected.
+            injected = rules::lead::injected_value(false),
             "{msg}"
         );
         if let Some(g) = guilty {
@@ -321,9 +329,11 @@ impl Gpu {
     /// innocent), or declares the device lost when the reset does not bring it back.
     pub(super) fn recover(&self, st: &mut State, d: &mut Dev) {
         st.counters.resets += 1;
+        // Read before the reset: a device off the bus reads all ones already (`LossCause`).
+        let id_before = d.mmio_read32(regs::ID);
         d.mmio_write32(regs::RESET, regs::RESET_ENGINE);
         if d.mmio_read32(regs::ID) != regs::ID_VALUE {
-            self.declare_lost(st);
+            self.declare_lost(st, LossCause::from_id_reads(id_before));
             return;
         }
         d.mmio_write32(regs::IRQ_ACK, regs::IRQ_ALL);
@@ -380,14 +390,21 @@ impl Gpu {
         );
     }
 
-    /// The device did not come back: every call fails with `ENODEV` from now on, said once.
-    /// Jobs are dropped.
-    fn declare_lost(&self, st: &mut State) {
+    /// The device did not come back: every call fails with `ENODEV` from now on, said once with
+    /// the fields of aigpu.ko's line (`rules::lost::LostLine`: `cause`, `injected`). Jobs are
+    /// dropped.
+    fn declare_lost(&self, st: &mut State, cause: LossCause) {
         if !st.lost {
+            let injected = match cause {
+                LossCause::ResetFailed => std::mem::take(&mut st.injected.reset_failure),
+                LossCause::OffBus => std::mem::take(&mut st.injected.off_bus),
+            };
             tracing::error!(
                 device = self.index,
+                cause = cause.name(),
+                injected = rules::lead::injected_value(injected),
                 layer = "hardware",
-                "engine reset failed: device lost; every call will fail with UMD_ERR_DEVICE_LOST"
+                "device lost; every call will fail with UMD_ERR_DEVICE_LOST"
             );
         }
         st.lost = true;
