@@ -44,6 +44,14 @@ fn open() -> Box<dyn Backend> {
     open_index(0)
 }
 
+/// The scenarios share their device, and an engine reset is device-wide: one scenario's fault
+/// would mark another's queued jobs innocent (`reset_status`). They run one at a time, as the
+/// guest runs this binary (`--test-threads=1`, tests/guest/init.sh).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn deadline() -> u64 {
     umd::error::detail::mono_ns() + 10_000_000_000
 }
@@ -101,6 +109,7 @@ fn fence(ctx_id: u32, seqno: u64) -> Fence {
 /// names a failed fence in a refused submit is not harmed.
 #[test]
 fn dep_failure_reaches_every_dependent_job_and_nothing_runs_on_garbage() {
+    let _one = one_at_a_time();
     let b = open();
     let (a, bb, c) = (
         b.ctx_create(1).expect("A"),
@@ -199,6 +208,7 @@ fn dep_failure_reaches_every_dependent_job_and_nothing_runs_on_garbage() {
 /// signalled before the producer failed runs normally.
 #[test]
 fn dep_a_fence_that_signalled_before_the_failure_still_counts() {
+    let _one = one_at_a_time();
     let b = open();
     let (a, c) = (b.ctx_create(1).expect("A"), b.ctx_create(1).expect("C"));
     let base = VA + 0x0200_0000;
@@ -236,6 +246,7 @@ fn dep_a_fence_that_signalled_before_the_failure_still_counts() {
 /// 0 until the job timeout bans C.
 #[test]
 fn ctx_a_destroyed_producers_fence_slot_waits_for_the_wait_that_reads_it() {
+    let _one = one_at_a_time();
     let b = open();
     let (p, c) = (b.ctx_create(1).expect("P"), b.ctx_create(1).expect("C"));
     let base = VA + 0x0600_0000;
@@ -273,6 +284,7 @@ fn ctx_a_destroyed_producers_fence_slot_waits_for_the_wait_that_reads_it() {
 /// the emulated guest (a job waiting that long would be a hang, and its slot freed by the reset).
 #[test]
 fn slot_the_sixteenth_busy_file_fails_fast_with_as_slots_busy() {
+    let _one = one_at_a_time();
     let slots = uapi::regs::NUM_AS_SLOTS - 1;
     let base = VA + 0x0300_0000;
     let mut files = Vec::new();
@@ -309,6 +321,7 @@ fn slot_the_sixteenth_busy_file_fails_fast_with_as_slots_busy() {
 /// submit fail with `ENODEV` + `DEVICE_LOST`, without waiting for a job to notice.
 #[test]
 fn lost_a_device_off_the_bus_fails_every_call_at_once() {
+    let _one = one_at_a_time();
     let b = open_index(1);
     let c = b.ctx_create(1).expect("ctx");
     let base = VA + 0x0400_0000;
@@ -332,6 +345,7 @@ fn lost_a_device_off_the_bus_fails_every_call_at_once() {
 /// the documented order, on both drivers.
 #[test]
 fn vm_unbind_checks_its_arguments_before_the_lookup() {
+    let _one = one_at_a_time();
     use libc::EINVAL;
     let b = open();
     let va = VA + 0x0500_0000;
