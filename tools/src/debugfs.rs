@@ -44,6 +44,9 @@ pub struct CrashDump {
     pub seqno: Option<u64>,
     /// A hang's facts (the `hang` line).
     pub hang: Option<crate::timeout::TimeoutFacts>,
+    /// A fault injection made it (`injected=1` on the `job` line: debugfs `inject_hang`,
+    /// `inject_page_fault`).
+    pub injected: bool,
     /// The registers line.
     pub registers: Option<String>,
     /// The line to cite as evidence (`fault ...`, `kind=...` or the list line).
@@ -97,6 +100,7 @@ pub fn parse_crash(name: &str, source: &str, text: &str) -> CrashDump {
             Some("job") => {
                 c.job = c.job.or(k.num("id"));
                 c.seqno = k.num("seqno");
+                c.injected |= k.num("injected") == Some(1);
             }
             Some("registers:") => {
                 c.registers = lines.peek().map(|l| l.trim().to_string());

@@ -30,10 +30,38 @@ pub(super) struct Incident {
     detail: String,
     /// A job timeout's facts, when the record has them.
     pub(super) hang: Option<TimeoutFacts>,
+    /// A test's fault injection made it (the record's `injected` field).
+    injected: bool,
     pub(super) evidence: Evidence,
 }
 
 impl Incident {
+    /// The debugfs file that injects this kind of incident.
+    fn injection_file(&self) -> &'static str {
+        if self.kind == "page fault" {
+            "inject_page_fault"
+        } else {
+            "inject_hang"
+        }
+    }
+
+    /// What an injected incident's finding adds to its text.
+    fn injected_note(&self) -> String {
+        format!(
+            " — injected by a test through debugfs {}",
+            self.injection_file()
+        )
+    }
+
+    /// An injected incident's fix.
+    fn injected_fix(&self) -> String {
+        format!(
+            "none needed: the {} was injected by a test (debugfs {}); the context that ran the injected job was banned as for a real one",
+            self.kind,
+            self.injection_file()
+        )
+    }
+
     /// A job timeout whose facts say the timeout was too short for the job (`timeout`).
     pub(super) fn too_short(&self) -> Option<String> {
         match self.hang.as_ref()?.judge(None) {
@@ -82,6 +110,7 @@ fn crash_incident(device: &str, c: &CrashDump) -> Option<Incident> {
             _ => String::new(),
         },
         hang: c.hang.clone(),
+        injected: c.injected,
         evidence: ev(c.source.clone(), c.evidence.clone()),
     })
 }
@@ -127,6 +156,8 @@ pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
                 offset: c.num("offset"),
                 detail: format!("{} {}", c.or_dash("fault"), c.or_dash("access")),
                 hang: None,
+                // The contexts line does not say; a crash dump or the dmesg line does.
+                injected: false,
                 evidence: ev(format!("{}/contexts", dfs.dir), c.line.clone()),
             });
         }
@@ -147,6 +178,7 @@ pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
                     offset: x.offset,
                     detail: format!("{} {}", x.fault, x.access),
                     hang: None,
+                    injected: x.injected,
                     evidence: dmesg_ev(src, f),
                 },
                 Event::Hang => {
@@ -162,6 +194,7 @@ pub(super) fn kernel_incidents(s: &Snapshot) -> Vec<Incident> {
                         offset: k.num("offset"),
                         detail: String::new(),
                         hang: TimeoutFacts::from_kv(&k),
+                        injected: k.num("injected") == Some(1),
                         evidence: dmesg_ev(src, f),
                     }
                 }
@@ -338,6 +371,11 @@ fn incident_finding(i: &Incident, procs: &[Process<'_>]) -> Finding {
         f.text = format!("{} — {}", f.text, h.text());
         h.apply(&mut f.facts);
     }
+    if i.injected {
+        f.text = format!("{}{}", f.text, i.injected_note());
+        f.facts.injected = Some(true);
+        f.facts.fix = i.injected_fix();
+    }
     f
 }
 
@@ -373,10 +411,21 @@ fn kernel_incident_finding(i: &Incident) -> Finding {
             }
         ),
     };
+    let text = format!(
+        "{text}{}",
+        if i.injected {
+            i.injected_note()
+        } else {
+            String::new()
+        }
+    );
     let page_fault = i.kind == "page fault";
     let mut facts = Facts::default();
     if let Some(h) = &i.hang {
         h.apply(&mut facts);
+    }
+    if i.injected {
+        facts.injected = Some(true);
     }
     finding(text, vec![i.evidence.clone()]).with(Facts {
         kind: if page_fault { "page_fault" } else { "job_timeout" },
@@ -387,12 +436,13 @@ fn kernel_incident_finding(i: &Incident) -> Finding {
             .va
             .as_deref()
             .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()),
-        fix: if page_fault {
-            "the packet's address is not mapped in the context: check the device pointer it was recorded with (a freed or foreign buffer, a wrong offset or leading dimension); libumd's log of the process (umd-smi triage --log-dir) tells which buffer is near it"
+        fix: if i.injected {
+            i.injected_fix()
+        } else if page_fault {
+            "the packet's address is not mapped in the context: check the device pointer it was recorded with (a freed or foreign buffer, a wrong offset or leading dimension); libumd's log of the process (umd-smi triage --log-dir) tells which buffer is near it".into()
         } else {
-            "a job ran past the job timeout: find the kernel or packet that waits on or spins on something that never comes (libumd's log of the process tells the packet)"
-        }
-        .into(),
+            "a job ran past the job timeout: find the kernel or packet that waits on or spins on something that never comes (libumd's log of the process tells the packet)".into()
+        },
         ..facts
     })
 }
@@ -414,6 +464,7 @@ mod tests {
             offset: Some(24),
             detail: "unmapped read".into(),
             hang: None,
+            injected: false,
             evidence: ev(
                 "crash-3",
                 "fault type=unmapped access=read va=0x7f0010000 offset=24 job=4711",
@@ -440,6 +491,47 @@ mod tests {
             "{}",
             h.facts.fix
         );
+    }
+
+    /// An injected hang or page fault (debugfs `inject_hang`, `inject_page_fault`) says so, in
+    /// its text, its `injected` fact and its fix; a crash dump's `job ... injected=1` line and
+    /// the dmesg line's `injected=1` field both set it.
+    #[test]
+    fn an_injected_incident_says_it_was_injected() {
+        let mut hang = fault();
+        hang.kind = "job timeout";
+        hang.va = None;
+        hang.injected = true;
+        let h = incident_finding(&hang, &[]);
+        assert_eq!(h.facts.kind, "job_timeout");
+        assert_eq!(h.facts.injected, Some(true));
+        assert!(
+            h.text
+                .ends_with(" — injected by a test through debugfs inject_hang"),
+            "{}",
+            h.text
+        );
+        assert!(
+            h.facts.fix.starts_with(
+                "none needed: the job timeout was injected by a test (debugfs inject_hang)"
+            ),
+            "{}",
+            h.facts.fix
+        );
+        let mut pf = fault();
+        pf.injected = true;
+        let f = incident_finding(&pf, &[]);
+        assert_eq!(f.facts.injected, Some(true));
+        assert!(f.text.contains("debugfs inject_page_fault"), "{}", f.text);
+        assert_eq!(incident_finding(&fault(), &[]).facts.injected, None);
+
+        let dump = crate::debugfs::parse_crash(
+            "crash-4",
+            "/sys/kernel/debug/dri/aigpu0/crashdumps/crash-4",
+            "kind=hang ctx=3\nprocess pid=50 comm=exec_test client=2\ncontext ctx=3 queue=0 prio=normal\nhang job=9 ran_ms=2100 state=executing offset=0 timeout_ms=2000 timeout_source=param\njob id=9 seqno=1 cmdbuf=0 va=0x100000 size=8 injected=1\n",
+        );
+        assert!(dump.injected, "{dump:?}");
+        assert!(crash_incident("aigpu0", &dump).is_some_and(|i| i.injected));
     }
 
     #[test]
