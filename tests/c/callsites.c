@@ -68,6 +68,16 @@ int main(void) {
     if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return 1;
     printf("use_after_free %s %s\n", umdGetErrorName(r), d.message);
     CHECK(umdCmdBufDestroy(cb));
+    /* umdMemFree of the handle freed above, then a use of it after its slot went to another. */
+    r = drop_scratch(u);
+    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return 1;
+    printf("handle_double_free %s %s\n", umdGetErrorName(r), d.message);
+    umdBuffer w;
+    CHECK(make_scratch(ctx, &w));
+    r = umdMemGetAddress(u, &uva);
+    if (umdGetLastErrorDetail(&d) != UMD_SUCCESS) return 1;
+    printf("handle_reused %s %s\n", umdGetErrorName(r), d.message);
+    CHECK(drop_scratch(w));
     CHECK(leak_one(ctx, &l));
     CHECK(umdContextDestroy(ctx)); /* reports the leak */
     CHECK(umdDeviceClose(dev));

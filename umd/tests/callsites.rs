@@ -212,6 +212,57 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
     assert!(short("alloc", u).starts_with("make_scratch+0x"));
     assert!(short("free", u).starts_with("drop_scratch+0x"));
 
+    // umdMemFree of that freed handle names the buffer and both calls (the handle table's
+    // tombstone), in the detail and in the failed call's log record; once its slot and memory
+    // went to the next make_scratch, a use of the old handle names that buffer.
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("handle_double_free "))
+        .expect("handle_double_free line");
+    let want = format!(
+        " was destroyed: it was buffer {u} (4096 bytes at VA {}, allocated on context 1 at {}), freed ",
+        field(&recs, "alloc", "buffer", u, "va"),
+        short("alloc", u)
+    );
+    assert!(
+        line.starts_with("handle_double_free UMD_ERR_INVALID_HANDLE umdBuffer handle 0x")
+            && line.contains(&want)
+            && line.ends_with(&format!(
+                " at {}. Action: fix the call (arguments, handles or call order).",
+                short("free", u)
+            )),
+        "{line}\nwanted ...{want}..."
+    );
+    let logged = recs
+        .iter()
+        .find(|r| r["function"] == "umdMemFree" && r["code"] == "UMD_ERR_INVALID_HANDLE")
+        .expect("the failed umdMemFree's record");
+    assert_eq!(
+        logged["msg"].as_str(),
+        line.strip_prefix("handle_double_free UMD_ERR_INVALID_HANDLE ")
+    );
+    let w = recs
+        .iter()
+        .filter(|r| r["msg"] == "alloc")
+        .filter(|r| {
+            r["fields"]["caller_fn"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("make_scratch+"))
+        })
+        .filter_map(|r| r["fields"]["buffer"].as_u64())
+        .nth(2)
+        .expect("make_scratch's third buffer");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("handle_reused "))
+        .expect("handle_reused line");
+    assert!(
+        line.contains(&format!(
+            " was destroyed: it was buffer {u} at VA {}, freed; its memory has been allocated again since (buffer {w})."
+        , field(&recs, "alloc", "buffer", u, "va"))),
+        "{line}"
+    );
+
     // The leak: its record and the summary's group name leak_one.
     let leak = event(&recs, "leak");
     assert_eq!(leak["fields"]["buffer"], l);
