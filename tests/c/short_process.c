@@ -415,9 +415,17 @@ int main(int argc, char **argv) {
         umdContext pctx;
         if (umdDeviceOpen(0, &dev) != UMD_SUCCESS || umdContextCreate(dev, UMD_PRIORITY_NORMAL, &pctx) != UMD_SUCCESS)
             return 2;
+        /* A buffer the parent frees before fork(): the child freeing it again is told the
+         * handle was destroyed, without a description read from the parent's pool. */
+        umdBuffer gone;
+        if (umdMemAlloc(pctx, 4096, 0, &gone) != UMD_SUCCESS || umdMemFree(gone) != UMD_SUCCESS) return 2;
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            umdResult r0 = umdMemFree(gone);
+            say("child free of the parent's freed buffer", r0);
+            say_detail("child free of the parent's freed buffer");
+            if (r0 != UMD_ERR_INVALID_HANDLE) _exit(6);
             umdBuffer b;
             umdResult r1 = umdMemAlloc(pctx, 4096, 0, &b);
             say("child inherited alloc", r1);

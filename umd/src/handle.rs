@@ -273,9 +273,14 @@ impl<T> Table<T> {
                 Ok(index)
             }
             // The tombstone is this handle's until the slot's next removal overwrites it (the
-            // slot's generation then moves past `gen + 1`).
+            // slot's generation then moves past `gen + 1`); a forked child does not describe
+            // its parent's objects (their description reads pool state the parent's threads
+            // may have held locked at the fork).
             Some(s) if gen < s.gen => Err(Miss::Destroyed(
-                (self.tomb.is_some() && s.gen == gen + 1).then_some(s.kept),
+                (self.tomb.is_some()
+                    && s.gen == gen + 1
+                    && s.fork_gen == crate::fork::generation())
+                .then_some(s.kept),
             )),
             _ => Err(Miss::Never),
         }

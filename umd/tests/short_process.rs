@@ -539,6 +539,8 @@ fn after_fork_inherited_handles_fail_fast_and_the_childs_own_device_works() {
     r.assert_exit0();
     let out = r.stdout();
     for want in [
+        "short_process: child free of the parent's freed buffer UMD_ERR_INVALID_HANDLE\n",
+        " was destroyed. Action: fix the call (arguments, handles or call order).\n",
         "short_process: child inherited alloc UMD_ERR_INVALID_HANDLE\n",
         "short_process: child inherited context create UMD_ERR_INVALID_HANDLE\n",
         "short_process: child inherited close UMD_ERR_INVALID_HANDLE\n",

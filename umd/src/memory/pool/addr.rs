@@ -6,7 +6,22 @@ use super::*;
 impl Pool {
     /// What `va` is (free by address).
     pub fn classify(&self, va: u64) -> AddrInfo {
-        let g = self.lock();
+        Self::classify_in(&self.lock(), va)
+    }
+
+    /// [`Pool::classify`] if the pool's lock is free now; None otherwise (an error message's
+    /// decoration must never wait: in a forked child the lock may be one the parent held).
+    fn try_classify(&self, va: u64) -> Option<AddrInfo> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(Self::classify_in(&g, va)),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                Some(Self::classify_in(&p.into_inner(), va))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    fn classify_in(g: &Inner, va: u64) -> AddrInfo {
         match g.lookup(va) {
             Some(id) => {
                 let (b, ghost) = g.view(id);
@@ -43,11 +58,18 @@ impl Pool {
 /// the freed buffer `buffer` that started at `va`, from the ghosts of every open device's pool
 /// (a destroyed buffer handle's error, `crate::registry::BUFFERS`); once its memory has been
 /// handed out again, which buffer has it now; None when no pool knows the address.
+///
+/// Only tried, never waited for: the registry's and the pools' locks are taken with `try_lock`
+/// (a forked child may have inherited them held), and a busy one leaves the message plain.
 pub fn describe_freed(va: u64, buffer: u64) -> Option<String> {
-    let pools: Vec<Arc<Pool>> = pools().clone();
+    let pools: Vec<Arc<Pool>> = match POOLS.try_lock() {
+        Ok(v) => v.clone(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
     let mut reused = None;
     for p in &pools {
-        match p.classify(va) {
+        match p.try_classify(va)? {
             AddrInfo::Freed(g) if g.buffer == buffer => return Some(g.describe()),
             AddrInfo::Live { buffer: now, .. } | AddrInfo::Interior { buffer: now, .. }
                 if now != buffer =>
