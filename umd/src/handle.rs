@@ -54,7 +54,7 @@ struct Slot<T> {
     gen: u64,
     /// What [`Tombstone::keep`] kept of the object last removed from this slot (until the slot
     /// is reused).
-    kept: [u64; 2],
+    kept: [u64; 3],
     /// The fork generation the object was created in (`crate::fork`): a child process sees the
     /// parent's objects in its copy of the table, and must not use them.
     fork_gen: u64,
@@ -72,16 +72,16 @@ struct Slots<T> {
 /// was created and destroyed, not only "was destroyed".
 pub struct Tombstone<T> {
     /// What to keep of the object when it is removed.
-    pub keep: fn(&T) -> [u64; 2],
+    pub keep: fn(&T) -> [u64; 3],
     /// The kept words described for the error message (None: nothing to add). Called without
     /// the table's lock.
-    pub describe: fn([u64; 2]) -> Option<String>,
+    pub describe: fn([u64; 3]) -> Option<String>,
 }
 
 /// Why a handle names no live object (built into an error after the lock is let go).
 enum Miss {
     /// Destroyed; with what the tombstone kept when the slot still holds it.
-    Destroyed(Option<[u64; 2]>),
+    Destroyed(Option<[u64; 3]>),
     /// No object was ever created with it.
     Never,
     /// Created by the parent process before `fork()`.
@@ -136,7 +136,7 @@ impl<T> Table<T> {
             None => {
                 g.slots.push(Slot {
                     gen: 1,
-                    kept: [0; 2],
+                    kept: [0; 3],
                     fork_gen: 0,
                     obj: None,
                 });
@@ -272,18 +272,34 @@ impl<T> Table<T> {
                 }
                 Ok(index)
             }
-            // The tombstone is this handle's until the slot's next removal overwrites it (the
-            // slot's generation then moves past `gen + 1`); a forked child does not describe
-            // its parent's objects (their description reads pool state the parent's threads
-            // may have held locked at the fork).
-            Some(s) if gen < s.gen => Err(Miss::Destroyed(
-                (self.tomb.is_some()
-                    && s.gen == gen + 1
-                    && s.fork_gen == crate::fork::generation())
-                .then_some(s.kept),
-            )),
+            Some(s) if gen < s.gen => Err(Miss::Destroyed(self.kept_in(s, gen))),
             _ => Err(Miss::Never),
         }
+    }
+
+    /// What the tombstone of slot `s` keeps for a handle of generation `gen`: the slot's last
+    /// removal was that handle's, until the next removal overwrites it (the slot's generation
+    /// then moves past `gen + 1`). A forked child does not describe its parent's objects (their
+    /// description reads pool state the parent's threads may have held locked at the fork).
+    fn kept_in(&self, s: &Slot<T>, gen: u64) -> Option<[u64; 3]> {
+        (self.tomb.is_some() && s.gen == gen + 1 && s.fork_gen == crate::fork::generation())
+            .then_some(s.kept)
+    }
+
+    /// The live object behind `handle`, if any, with no error built (a failure path's lookup).
+    pub fn find(&self, handle: u64) -> Option<Arc<T>> {
+        self.check_tag(handle).ok()?;
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let index = self.live_slot(&g.slots, handle).ok()?;
+        g.slots.get(index)?.obj.clone()
+    }
+
+    /// What the tombstone kept of the object `handle` named, while the slot still holds it.
+    pub fn kept(&self, handle: u64) -> Option<[u64; 3]> {
+        self.check_tag(handle).ok()?;
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let s = g.slots.get((handle & 0xFFFF_FFFF) as usize)?;
+        self.kept_in(s, (handle >> 32) & GEN_MASK)
     }
 
     /// The error for a handle that names no live object (called without the lock: a
@@ -406,14 +422,16 @@ mod tests {
         static T: Table<u64> = Table::with_tombstone(
             Kind::Buffer,
             Tombstone {
-                keep: |v: &u64| [*v, 7],
-                describe: |k: [u64; 2]| Some(format!("object {} (kept {})", k[0], k[1])),
+                keep: |v: &u64| [*v, 7, 9],
+                describe: |k: [u64; 3]| Some(format!("object {} (kept {})", k[0], k[1])),
             },
         );
         let a = T.insert(Arc::new(41));
         T.remove(a).expect("remove");
         let gone = format!("umdBuffer handle 0x{a:016x} was destroyed: it was object 41 (kept 7).");
         assert_eq!(msg(T.remove(a)), gone, "double remove");
+        assert_eq!(T.kept(a), Some([41, 7, 9]));
+        assert!(T.find(a).is_none());
         assert_eq!(msg(T.get(a)), gone, "use after remove");
         let b = T.insert(Arc::new(42));
         assert_eq!(b & 0xFFFF_FFFF, a & 0xFFFF_FFFF, "the slot is reused");
@@ -428,6 +446,7 @@ mod tests {
             format!("umdBuffer handle 0x{a:016x} was destroyed."),
             "the next removal kept the next object"
         );
+        assert_eq!(T.kept(a), None);
         assert!(msg(T.get(b)).ends_with("was destroyed: it was object 42 (kept 7)."));
         assert!(msg(T.get(b + (1 << 32)))
             .ends_with("was never valid (no object was ever created with it)."));

@@ -241,6 +241,7 @@ fn log_records_detail_and_leak_report_name_the_applications_functions() {
         logged["msg"].as_str(),
         line.strip_prefix("handle_double_free UMD_ERR_INVALID_HANDLE ")
     );
+    assert_eq!(logged["ctx"], 1, "the freed buffer's context: {logged}");
     let w = recs
         .iter()
         .filter(|r| r["msg"] == "alloc")

@@ -45,7 +45,11 @@ impl On {
         match self {
             On::Context(h) => CONTEXTS.get(h).ok().map(|c| c.id),
             On::CmdBuf(h) => CMDBUFS.get(h).ok().map(|c| c.ctx.id),
-            On::Buffer(h) => BUFFERS.get(h).ok().map(|b| b.ctx_id),
+            // A destroyed buffer's context from the table's tombstone (`registry::BUFFERS`).
+            On::Buffer(h) => BUFFERS
+                .find(h)
+                .map(|b| b.ctx_id)
+                .or_else(|| BUFFERS.kept(h).map(|k| k[2])),
             // SAFETY: NULL or the caller's valid umdFence (documented in umd.h); the call that
             // failed had the same pointer.
             On::Fence(f) => unsafe { f.as_ref() }.and_then(|f| On::Context(f.context).ctx_id()),

@@ -94,13 +94,13 @@ pub struct Buffer {
 
 impl Buffer {
     /// What the handle table keeps of a destroyed buffer for the error of a later use of its
-    /// handle (`crate::registry::BUFFERS`): its VA and id.
-    pub fn tombstone(&self) -> [u64; 2] {
-        [self.va, self.id]
+    /// handle (`crate::registry::BUFFERS`): its VA, id and context.
+    pub fn tombstone(&self) -> [u64; 3] {
+        [self.va, self.id, self.ctx_id]
     }
 
     /// The destroyed buffer a tombstone names, with where it was allocated and freed.
-    pub fn describe_tombstone(kept: [u64; 2]) -> Option<String> {
+    pub fn describe_tombstone(kept: [u64; 3]) -> Option<String> {
         pool::describe_freed(kept[0], kept[1])
     }
 
