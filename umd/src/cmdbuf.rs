@@ -5,7 +5,7 @@
 use crate::context::Context;
 use crate::error::{umdResult, UmdError, UmdResult};
 use crate::memory::pool::Access;
-use crate::memory::{Buffer, MEM_FLAG_READ_ONLY};
+use crate::memory::{Buffer, BufferRef, MEM_FLAG_READ_ONLY};
 use std::sync::{Arc, Mutex};
 use uapi::packet;
 
@@ -23,7 +23,7 @@ pub enum State {
 /// What `end` produced: the GPU copy of the packets.
 pub struct Recorded {
     /// Buffer holding the packets.
-    pub buffer: Arc<Buffer>,
+    pub buffer: BufferRef,
     /// Bytes of packets.
     pub size: u32,
     /// Every memory access of the packets, sorted by address (submit validation and reuse
@@ -172,14 +172,14 @@ impl CmdBuf {
         // every submit keeps an Arc to the buffer it submitted until its fence is seen signalled
         // (Context::retire), so a count of one means nothing in flight uses it.
         let reuse = matches!(&i.recorded,
-            Some(r) if r.buffer.size >= bytes.len() as u64 && Arc::strong_count(&r.buffer) == 1);
+            Some(r) if r.buffer.size >= bytes.len() as u64 && BufferRef::is_unique(&r.buffer));
 
         if !reuse {
             let size = (bytes.len() as u64).next_multiple_of(uapi::PAGE_SIZE);
             let buf = Buffer::alloc(&self.ctx, size, MEM_FLAG_READ_ONLY)
                 .map_err(|e| e.ctx(self.ctx.id))?;
             i.recorded = Some(Recorded {
-                buffer: Arc::new(buf),
+                buffer: BufferRef::new(buf),
                 size: 0,
                 accesses: Arc::new([]),
             });
@@ -194,7 +194,7 @@ impl CmdBuf {
     }
 
     /// The GPU copy to submit, if ended, with its sorted memory accesses.
-    pub fn submittable(&self) -> UmdResult<(Arc<Buffer>, u32, Arc<[Access]>)> {
+    pub fn submittable(&self) -> UmdResult<(BufferRef, u32, Arc<[Access]>)> {
         let i = self.inner.lock().map_err(|_| poisoned())?;
         match (&i.state, &i.recorded) {
             (State::Ended, Some(r)) => Ok((r.buffer.clone(), r.size, r.accesses.clone())),

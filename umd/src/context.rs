@@ -36,6 +36,9 @@ impl ClosedBy {
     }
 }
 
+/// Submitted jobs' sequence numbers with the buffers each reads.
+type Inflight = std::collections::VecDeque<(u64, Vec<crate::memory::BufferRef>)>;
+
 /// One context.
 pub struct Context {
     /// Process-unique id: every log line of a call on this context carries it.
@@ -50,8 +53,7 @@ pub struct Context {
     pub last_seqno: AtomicU64,
     /// Buffers that submitted jobs read (command buffers), kept alive until their job's
     /// sequence number completes.
-    pub inflight:
-        std::sync::Mutex<std::collections::VecDeque<(u64, Vec<Arc<crate::memory::Buffer>>)>>,
+    inflight: std::sync::Mutex<Inflight>,
     /// The device's memory pool (accounting, reuse gating, submit validation).
     pub pool: Arc<Pool>,
     /// This context's account slot in the pool.
@@ -210,7 +212,30 @@ impl Context {
                 }
             );
         }
-        self.destroy()
+        let r = self.destroy();
+        // The jobs are finished or cancelled; their buffers hold this context (each buffer
+        // reaches its device and pool through it), so keeping them would keep it alive.
+        let jobs = std::mem::take(&mut *self.lock_inflight());
+        drop(jobs);
+        r
+    }
+
+    /// Keeps `buffers` until job `seqno` completes ([`Context::retire`]); returns how many jobs
+    /// are kept. On a context being closed they are let go at once: its jobs no longer run
+    /// after the destroy, and the pool gates the memory's reuse on their fences anyway.
+    pub fn keep_inflight(&self, seqno: u64, buffers: Vec<crate::memory::BufferRef>) -> usize {
+        let mut q = self.lock_inflight();
+        if self.closed_by().is_some() {
+            drop(q);
+            drop(buffers);
+            return 0;
+        }
+        q.push_back((seqno, buffers));
+        q.len()
+    }
+
+    fn lock_inflight(&self) -> std::sync::MutexGuard<'_, Inflight> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Set once [`Context::close`] started.
@@ -266,10 +291,9 @@ impl Context {
     /// jobs used become reusable).
     pub fn retire(&self, completed: u64) {
         self.timeline.complete(completed);
-        if let Ok(mut q) = self.inflight.lock() {
-            while q.front().is_some_and(|(s, _)| *s <= completed) {
-                q.pop_front();
-            }
+        let mut q = self.lock_inflight();
+        while q.front().is_some_and(|(s, _)| *s <= completed) {
+            q.pop_front();
         }
     }
 }

@@ -6,8 +6,16 @@
 //! buffer is expected. `0` is never a valid handle (C code can use it as "none").
 
 use crate::error::{umdResult, UmdError};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+/// The shared reference a table keeps and hands out: `std::sync::Arc` by default; a table of
+/// objects nobody holds weakly can use `triomphe::Arc`, whose last release is one locked
+/// instruction fewer (no weak count: docs/memory.md, "What a pair costs").
+pub trait Shared<T>: Clone + Deref<Target = T> {}
+impl<T> Shared<T> for Arc<T> {}
+impl<T> Shared<T> for triomphe::Arc<T> {}
 
 /// Object types that have handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +58,7 @@ fn pack(kind: Kind, gen: u64, index: usize) -> u64 {
     ((kind as u64) << 56) | ((gen & GEN_MASK) << 32) | index as u64
 }
 
-struct Slot<T> {
+struct Slot<P> {
     gen: u64,
     /// What [`Tombstone::keep`] kept of the object last removed from this slot (until the slot
     /// is reused).
@@ -58,12 +66,12 @@ struct Slot<T> {
     /// The fork generation the object was created in (`crate::fork`): a child process sees the
     /// parent's objects in its copy of the table, and must not use them.
     fork_gen: u64,
-    obj: Option<Arc<T>>,
+    obj: Option<P>,
 }
 
 /// The slots and the free list, under one lock.
-struct Slots<T> {
-    slots: Vec<Slot<T>>,
+struct Slots<P> {
+    slots: Vec<Slot<P>>,
     free: Vec<usize>,
 }
 
@@ -90,16 +98,16 @@ enum Miss {
 
 /// A table of objects of one kind. Every call takes its lock once (a lookup the read lock, an
 /// insert or remove the write lock); errors are built only on the failure path.
-pub struct Table<T> {
+pub struct Table<T, P: Shared<T> = Arc<T>> {
     kind: Kind,
-    inner: RwLock<Slots<T>>,
+    inner: RwLock<Slots<P>>,
     /// Objects of this process's generation in the table: what [`Table::live_count`] reads
     /// without the lock (from a fatal-signal handler, which must not take it).
     live: AtomicU64,
     tomb: Option<Tombstone<T>>,
 }
 
-impl<T> Table<T> {
+impl<T, P: Shared<T>> Table<T, P> {
     /// An empty table for `kind`.
     pub const fn new(kind: Kind) -> Self {
         Table {
@@ -121,7 +129,7 @@ impl<T> Table<T> {
     }
 
     /// Stores `obj` and returns its new handle.
-    pub fn insert(&self, obj: Arc<T>) -> u64 {
+    pub fn insert(&self, obj: P) -> u64 {
         self.insert_with(obj, |_, _| {})
     }
 
@@ -129,7 +137,7 @@ impl<T> Table<T> {
     /// the table's lock, before any other thread can look the handle up), so an object that
     /// keeps its own handle needs no second reference for that. `registered` must not use this
     /// table.
-    pub fn insert_with(&self, obj: Arc<T>, registered: impl FnOnce(&T, u64)) -> u64 {
+    pub fn insert_with(&self, obj: P, registered: impl FnOnce(&T, u64)) -> u64 {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let index = match g.free.pop() {
             Some(i) => i,
@@ -157,7 +165,7 @@ impl<T> Table<T> {
     }
 
     /// Looks `handle` up, with a precise error when it is not a live handle of this kind.
-    pub fn get(&self, handle: u64) -> Result<Arc<T>, UmdError> {
+    pub fn get(&self, handle: u64) -> Result<P, UmdError> {
         self.check_tag(handle)?;
         let miss = {
             let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
@@ -173,7 +181,7 @@ impl<T> Table<T> {
     }
 
     /// Removes the object behind `handle` (its handle becomes "destroyed").
-    pub fn remove(&self, handle: u64) -> Result<Arc<T>, UmdError> {
+    pub fn remove(&self, handle: u64) -> Result<P, UmdError> {
         self.check_tag(handle)?;
         let miss = {
             let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
@@ -223,7 +231,7 @@ impl<T> Table<T> {
 
     /// All live objects of this process (for teardown and reports; a forked child's copies of
     /// its parent's objects are not among them).
-    pub fn live(&self) -> Vec<(u64, Arc<T>)> {
+    pub fn live(&self) -> Vec<(u64, P)> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let fork_gen = crate::fork::generation();
         g.slots
@@ -262,7 +270,7 @@ impl<T> Table<T> {
     /// The index of the live slot `handle` names, in this process, or why not (under the
     /// caller's lock).
     #[inline]
-    fn live_slot(&self, slots: &[Slot<T>], handle: u64) -> Result<usize, Miss> {
+    fn live_slot(&self, slots: &[Slot<P>], handle: u64) -> Result<usize, Miss> {
         let index = (handle & 0xFFFF_FFFF) as usize;
         let gen = (handle >> 32) & GEN_MASK;
         match slots.get(index) {
@@ -281,13 +289,13 @@ impl<T> Table<T> {
     /// removal was that handle's, until the next removal overwrites it (the slot's generation
     /// then moves past `gen + 1`). A forked child does not describe its parent's objects (their
     /// description reads pool state the parent's threads may have held locked at the fork).
-    fn kept_in(&self, s: &Slot<T>, gen: u64) -> Option<[u64; 3]> {
+    fn kept_in(&self, s: &Slot<P>, gen: u64) -> Option<[u64; 3]> {
         (self.tomb.is_some() && s.gen == gen + 1 && s.fork_gen == crate::fork::generation())
             .then_some(s.kept)
     }
 
     /// The live object behind `handle`, if any, with no error built (a failure path's lookup).
-    pub fn find(&self, handle: u64) -> Option<Arc<T>> {
+    pub fn find(&self, handle: u64) -> Option<P> {
         self.check_tag(handle).ok()?;
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let index = self.live_slot(&g.slots, handle).ok()?;

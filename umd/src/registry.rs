@@ -6,7 +6,7 @@ use crate::context::Context;
 use crate::device::Device;
 use crate::error::UmdResult;
 use crate::handle::{Kind, Table, Tombstone};
-use crate::memory::Buffer;
+use crate::memory::{Buffer, BufferRef};
 use std::sync::OnceLock;
 
 /// Open devices.
@@ -15,7 +15,7 @@ pub static DEVICES: Table<Device> = Table::new(Kind::Device);
 pub static CONTEXTS: Table<Context> = Table::new(Kind::Context);
 /// Live buffers; a destroyed buffer's handle says which buffer it was, where it was allocated
 /// and where it was freed (`umdMemFree` twice, a use after free).
-pub static BUFFERS: Table<Buffer> = Table::with_tombstone(
+pub static BUFFERS: Table<Buffer, BufferRef> = Table::with_tombstone(
     Kind::Buffer,
     Tombstone {
         keep: Buffer::tombstone,

@@ -122,18 +122,12 @@ pub fn submit(
             // submit that succeeded; the caller learns that only a part was queued.
             ctx.pool.stamp(&pinned, ctx.acct, last);
             ctx.last_seqno.store(last, Ordering::Release);
-            if let Ok(mut q) = ctx.inflight.lock() {
-                q.push_back((last, keep));
-            }
+            ctx.keep_inflight(last, keep);
             return Err(error);
         }
     };
     ctx.last_seqno.store(seqno, Ordering::Release);
-    let backlog = ctx.inflight.lock().map(|mut q| {
-        q.push_back((seqno, keep));
-        q.len()
-    });
-    if backlog.unwrap_or(0) > RETIRE_POLL_THRESHOLD {
+    if ctx.keep_inflight(seqno, keep) > RETIRE_POLL_THRESHOLD {
         if let Ok(s) = ctx.state() {
             ctx.retire(s.completed_seqno);
         }

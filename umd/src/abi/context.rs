@@ -58,9 +58,6 @@ pub extern "C" fn umdContextDestroy(context: umdContext) -> umdResult {
         }
         crate::memory::leaks::report(ctx.id, "umdContextDestroy", &leaked);
         drop(leaked);
-        if let Ok(mut q) = ctx.inflight.lock() {
-            q.clear();
-        }
         r.map(|_| umdResult::UMD_SUCCESS)
     })
 }

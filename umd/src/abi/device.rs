@@ -64,7 +64,7 @@ pub extern "C" fn umdDeviceClose(device: umdDevice) -> umdResult {
         }
         let mut leaked = Vec::new();
         for (h, b) in BUFFERS.live() {
-            if Arc::ptr_eq(&b.device, &dev) && BUFFERS.remove(h).is_ok() {
+            if Arc::ptr_eq(b.device(), &dev) && BUFFERS.remove(h).is_ok() {
                 b.set_free_caller(caller);
                 leaked.push(b);
             }

@@ -183,16 +183,13 @@ pub extern "C" fn umdMemAlloc(
     let caller = crate::caller!();
     guard_on("umdMemAlloc", On::Context(context), || {
         let buffer = out(buffer, "buffer")?;
-        let ctx = CONTEXTS.get(context)?;
         let req = crate::memory::AllocRequest {
             size,
             flags,
             caller,
             ..Default::default()
         };
-        let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
-            .inspect_err(|e| said_oom(&ctx, size, e))
-            .map(Arc::new)?;
+        let b = crate::memory::Buffer::alloc_on(CONTEXTS.get(context)?, &req)?;
         *buffer = BUFFERS.insert_with(b, crate::memory::Buffer::set_handle);
         Ok(umdResult::UMD_SUCCESS)
     })
@@ -229,43 +226,10 @@ pub extern "C" fn umdMemAllocEx(
             tag: tag.as_deref(),
             caller,
         };
-        let b = crate::memory::Buffer::alloc_ex(&ctx, &req)
-            .inspect_err(|e| said_oom(&ctx, i.size, e))
-            .map(Arc::new)?;
+        let b = crate::memory::Buffer::alloc_on(ctx, &req)?;
         *buffer = BUFFERS.insert_with(b, crate::memory::Buffer::set_handle);
         Ok(umdResult::UMD_SUCCESS)
     })
-}
-
-/// On an out-of-memory (or larger-than-the-device) failure, the `oom` record: what each context
-/// of the device holds (`holders`: `ctx:bytes` by size, largest first), so the reader sees who
-/// has the memory, not only who was refused it (docs/tools.md, "Fact records").
-#[cold]
-#[inline(never)]
-fn said_oom(ctx: &crate::context::Context, size: u64, e: &crate::error::UmdError) {
-    if e.code == umdResult::UMD_ERR_MEM_OUT_OF_MEMORY || e.code == umdResult::UMD_ERR_MEM_TOO_LARGE
-    {
-        let mut held: Vec<(u64, u64)> = CONTEXTS
-            .live()
-            .into_iter()
-            .filter(|(_, c)| Arc::ptr_eq(&c.device, &ctx.device))
-            .map(|(_, c)| (c.id, c.pool.ctx_stats(c.acct).allocated_bytes.current))
-            .collect();
-        held.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let holders = held
-            .iter()
-            .map(|(c, b)| format!("{c}:{b}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        tracing::error!(
-            ctx = ctx.id,
-            event = "oom",
-            size,
-            mem_total = ctx.device.info.mem_total,
-            holders = holders.as_str(),
-            "out of device memory: who holds it"
-        );
-    }
 }
 
 /// Frees the buffer whose GPU address is `address`, allocated on `context` (the device-pointer

@@ -10,10 +10,9 @@
 //! leak's record carries the application's call as its `caller` field (docs/logging.md, "Call
 //! sites"). `umdMemDumpHistory` lists every live buffer.
 
-use super::Buffer;
+use super::BufferRef;
 use crate::caller::Caller;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Leaks logged one by one per report.
 pub(crate) const DETAILED: usize = 32;
@@ -44,7 +43,7 @@ impl Key {
 /// Logs the leak report for `leaked` (already removed from the handle table by the caller),
 /// found at `at` (`umdContextDestroy` / `umdDeviceClose`) on context `ctx` (0: the device's
 /// contexts).
-pub fn report(ctx: u64, at: &str, leaked: &[Arc<Buffer>]) {
+pub fn report(ctx: u64, at: &str, leaked: &[BufferRef]) {
     if leaked.is_empty() {
         return;
     }

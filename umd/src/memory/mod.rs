@@ -6,7 +6,9 @@
 //! Every alloc and free is logged at INFO with the buffer id, size, VA and context, so a log
 //! reader can pair them per context (docs/memory.md).
 
+mod ids;
 pub mod leaks;
+mod oom;
 pub mod pool;
 pub mod va;
 
@@ -17,11 +19,9 @@ use crate::error::{umdResult, UmdError, UmdResult};
 use pool::history::Site;
 use pool::size_class::{PoolKind, MIN_BLOCK};
 use pool::{FreeNote, Grant, Pool, Request};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// `umdMemAlloc` flag: the GPU may only read the buffer (writes fault).
 pub const MEM_FLAG_READ_ONLY: u32 = 1 << 0;
@@ -58,13 +58,30 @@ pub struct AllocRequest<'a> {
     pub caller: Caller,
 }
 
+/// A shared reference to a buffer (what the handle table keeps and hands out): nothing holds a
+/// buffer weakly, so it is `triomphe`'s `Arc`, one locked instruction cheaper to release than
+/// the standard library's (docs/memory.md, "What a pair costs").
+pub type BufferRef = triomphe::Arc<Buffer>;
+
+/// A block the pool granted to a new buffer, with what the buffer keeps of the request.
+struct Granted {
+    id: u64,
+    grant: Grant,
+    tag: Option<Arc<str>>,
+    site: Option<Arc<Site>>,
+}
+
 /// One device buffer.
 pub struct Buffer {
     /// Process-unique id (logs: pairs alloc with free).
     pub id: u64,
-    /// Device it lives on.
-    pub device: Arc<Device>,
-    /// Context it was allocated on (accounting, leak reports).
+    /// The context it was allocated on: its device, its pool and its account slot. The buffer
+    /// holds the context's reference rather than one each to the device and the pool: the C
+    /// entry point's handle lookup already took it, so a buffer costs no reference count of its
+    /// own (docs/memory.md, "What a pair costs"). The context's teardown does not wait for its
+    /// buffers: `Context::close` frees them and clears the jobs' references.
+    ctx: Arc<Context>,
+    /// Context id (accounting, leak reports).
     pub ctx_id: u64,
     /// Bytes the caller asked for.
     pub size: u64,
@@ -86,7 +103,6 @@ pub struct Buffer {
     pub caller: Caller,
     /// The application's freeing call, set by the C ABI just before the last reference goes.
     free_caller: AtomicUsize,
-    pool: Arc<Pool>,
     grant: Grant,
     host: AtomicPtr<u8>,
     map_count: AtomicU32,
@@ -106,7 +122,7 @@ impl Buffer {
 
     /// Allocates `size` bytes on `ctx`'s device.
     #[track_caller]
-    pub fn alloc(ctx: &Context, size: u64, flags: u32) -> UmdResult<Buffer> {
+    pub fn alloc(ctx: &Arc<Context>, size: u64, flags: u32) -> UmdResult<Buffer> {
         Buffer::alloc_ex(
             ctx,
             &AllocRequest {
@@ -119,8 +135,66 @@ impl Buffer {
 
     /// Allocates with an alignment and a tag.
     #[track_caller]
-    pub fn alloc_ex(ctx: &Context, r: &AllocRequest) -> UmdResult<Buffer> {
-        let caller = std::panic::Location::caller();
+    pub fn alloc_ex(ctx: &Arc<Context>, r: &AllocRequest) -> UmdResult<Buffer> {
+        Buffer::alloc_into(ctx.clone(), r, std::convert::identity)
+    }
+
+    /// Allocates on `ctx`, keeping the caller's reference to it (the C entry points hand over
+    /// the one their handle lookup took), straight into the shared reference the handle table
+    /// keeps (built in place: no copy of the buffer on the way).
+    #[track_caller]
+    pub fn alloc_on(ctx: Arc<Context>, r: &AllocRequest) -> UmdResult<BufferRef> {
+        Buffer::alloc_into(ctx, r, BufferRef::new)
+    }
+
+    /// The buffer `r` asks for on `ctx`, handed to `into`. Out of memory also logs the `oom`
+    /// record (who holds the device's memory: [`oom::said`]).
+    #[inline(always)]
+    #[track_caller]
+    fn alloc_into<R>(
+        ctx: Arc<Context>,
+        r: &AllocRequest,
+        into: impl FnOnce(Buffer) -> R,
+    ) -> UmdResult<R> {
+        let Granted {
+            id,
+            grant: g,
+            tag,
+            site,
+        } = match Buffer::take_block(&ctx, r, std::panic::Location::caller()) {
+            Ok(granted) => granted,
+            Err(e) => {
+                oom::said(&ctx, r.size, &e);
+                return Err(e);
+            }
+        };
+        Ok(into(Buffer {
+            id,
+            ctx_id: ctx.id,
+            size: r.size,
+            alloc_size: g.size,
+            va: g.va,
+            born: Born::now(),
+            tag,
+            site,
+            kind: g.kind,
+            hit: g.hit,
+            caller: r.caller,
+            free_caller: AtomicUsize::new(0),
+            grant: g,
+            host: AtomicPtr::new(std::ptr::null_mut()),
+            map_count: AtomicU32::new(0),
+            ctx,
+        }))
+    }
+
+    /// Validates the request, takes a block from the pool and logs the `alloc` record.
+    #[inline(always)]
+    fn take_block(
+        ctx: &Context,
+        r: &AllocRequest,
+        caller: &'static std::panic::Location<'static>,
+    ) -> UmdResult<Granted> {
         let dev = &ctx.device;
         dev.check()?;
         let (size, flags) = (r.size, r.flags);
@@ -161,7 +235,7 @@ impl Buffer {
         let pool = &ctx.pool;
         let site = pool.history_on().then(|| Arc::new(Site::capture(caller)));
         let tag: Option<Arc<str>> = r.tag.map(Arc::from);
-        let id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
+        let id = ids::next();
         let g = pool.alloc(
             dev,
             &Request {
@@ -188,25 +262,17 @@ impl Buffer {
             tag = tag.as_deref().unwrap_or(""),
             caller = r.caller.0 as u64,
         );
-        Ok(Buffer {
+        Ok(Granted {
             id,
-            device: dev.clone(),
-            ctx_id: ctx.id,
-            size,
-            alloc_size: g.size,
-            va: g.va,
-            born: Born::now(),
+            grant: g,
             tag,
             site,
-            kind: g.kind,
-            hit: g.hit,
-            caller: r.caller,
-            free_caller: AtomicUsize::new(0),
-            pool: ctx.pool.clone(),
-            grant: g,
-            host: AtomicPtr::new(std::ptr::null_mut()),
-            map_count: AtomicU32::new(0),
         })
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.ctx.device
     }
 
     /// Records the application's freeing call (the C ABI, before it drops its reference).
@@ -221,12 +287,12 @@ impl Buffer {
 
     /// The pool it came from.
     pub fn pool(&self) -> &Arc<Pool> {
-        &self.pool
+        &self.ctx.pool
     }
 
     /// Registers the C handle (for free by address).
     pub fn set_handle(&self, handle: u64) {
-        self.pool.set_handle(&self.grant, handle);
+        self.ctx.pool.set_handle(&self.grant, handle);
     }
 
     /// The persistent CPU mapping, created on first use.
@@ -236,15 +302,16 @@ impl Buffer {
             return Ok(p);
         }
         let p = self
+            .ctx
             .pool
-            .host_ptr(&self.device, self.grant.seg, self.grant.offset)?;
+            .host_ptr(&self.ctx.device, self.grant.seg, self.grant.offset)?;
         self.host.store(p, Ordering::Release);
         Ok(p)
     }
 
     /// `umdMemMap`: the CPU address of the buffer (the same on every call).
     pub fn map(&self) -> UmdResult<*mut u8> {
-        self.device.check()?;
+        self.ctx.device.check()?;
         let p = self.host()?;
         self.map_count.fetch_add(1, Ordering::AcqRel);
         Ok(p)
@@ -291,7 +358,7 @@ impl Buffer {
 
     /// Host -> device copy (CPU copy through the mapping: the device shares system memory).
     pub fn write(&self, offset: u64, src: &[u8]) -> UmdResult<()> {
-        self.device.check()?;
+        self.ctx.device.check()?;
         self.check_range(offset, src.len() as u64)?;
         let p = self.host()?;
         // SAFETY: [offset, offset+len) lies inside the buffer (checked above) and the mapping
@@ -303,7 +370,7 @@ impl Buffer {
 
     /// Device -> host copy.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> UmdResult<()> {
-        self.device.check()?;
+        self.ctx.device.check()?;
         self.check_range(offset, dst.len() as u64)?;
         let p = self.host()?;
         // SAFETY: as in `write`.
@@ -319,12 +386,13 @@ impl Drop for Buffer {
         // The block goes back to the pool; it is reused only after every job that used it has
         // completed (the pool gates reuse on their fences), and its kernel object stays mapped.
         let site = self
+            .ctx
             .pool
             .history_on()
             .then(|| Arc::new(Site::capture(std::panic::Location::caller())));
         let free = Caller(self.free_caller.load(Ordering::Relaxed));
-        self.pool.free(
-            &self.device,
+        self.ctx.pool.free(
+            &self.ctx.device,
             &self.grant,
             FreeNote {
                 at_ns: pool::coarse_now_ns(),

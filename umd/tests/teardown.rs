@@ -1,0 +1,132 @@
+//! Closing with jobs in flight releases everything: a buffer holds its context (it reaches its
+//! device and pool through it: docs/memory.md, "What a pair costs") and a context keeps the
+//! buffers its submitted jobs read until they complete, so `Context::close` lets those go, or
+//! the two would keep each other, and the device's kernel file, alive. Seen from outside: the
+//! simulated device's client list (debugfs `clients`) is back to the observer's own file.
+
+use std::sync::Mutex;
+use umd::abi::{cmdbuf::*, context::*, device::*, memory::*, sync::*, types::*};
+use umd::backend::sim::SimFile;
+use umd::umdResult;
+
+/// The tests share simulated device 0 and count its clients: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[track_caller]
+fn ok(r: umdResult) {
+    assert_eq!(r, umdResult::UMD_SUCCESS);
+}
+
+/// The files open on simulated device 0 (the `clients` debugfs text, one line each).
+fn clients(observer: &SimFile) -> usize {
+    observer.gpu().debugfs_clients().lines().count()
+}
+
+/// Submits `n` one-packet jobs on `ctx` and does not wait for them: each keeps its command
+/// buffer's upload buffer in the context until it completes.
+fn submit_unwaited(ctx: umdContext, n: usize) {
+    let mut buf = 0;
+    ok(umdMemAlloc(ctx, 4096, 0, &mut buf));
+    let mut va = 0;
+    ok(umdMemGetAddress(buf, &mut va));
+    for i in 0..n {
+        let mut cb = 0;
+        ok(umdCmdBufCreate(ctx, &mut cb));
+        ok(umdCmdBufBegin(cb));
+        ok(umdCmdFill(cb, va, 4096, i as u32));
+        ok(umdCmdBufEnd(cb));
+        let mut fence = umdFence::default();
+        ok(umdSubmit(ctx, &cb, 1, std::ptr::null(), 0, &mut fence));
+        // Destroyed at once: the job in flight still holds its upload buffer.
+        ok(umdCmdBufDestroy(cb));
+    }
+}
+
+fn setup() -> (std::sync::MutexGuard<'static, ()>, SimFile) {
+    let g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("UMD_BACKEND", "sim");
+    let observer = SimFile::open(0).expect("observer file");
+    assert_eq!(
+        clients(&observer),
+        1,
+        "{}",
+        observer.gpu().debugfs_clients()
+    );
+    (g, observer)
+}
+
+#[test]
+fn device_close_with_jobs_in_flight_releases_the_device() {
+    let (_g, observer) = setup();
+    let mut dev = 0;
+    ok(umdDeviceOpen(0, &mut dev));
+    let mut ctx = 0;
+    ok(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx));
+    assert_eq!(clients(&observer), 2);
+    submit_unwaited(ctx, 8);
+    // The context and its buffer are leaks the close reports and destroys.
+    ok(umdDeviceClose(dev));
+    assert_eq!(
+        clients(&observer),
+        1,
+        "the device's file is still open after umdDeviceClose: {}",
+        observer.gpu().debugfs_clients()
+    );
+}
+
+#[test]
+fn context_destroy_with_jobs_in_flight_then_device_close_releases_the_device() {
+    let (_g, observer) = setup();
+    let mut dev = 0;
+    ok(umdDeviceOpen(0, &mut dev));
+    let mut ctx = 0;
+    ok(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx));
+    submit_unwaited(ctx, 8);
+    ok(umdContextDestroy(ctx));
+    let line = observer.gpu().debugfs_clients();
+    assert!(
+        line.lines().any(|l| l.contains(" contexts=0 ")) && clients(&observer) == 2,
+        "{line}"
+    );
+    ok(umdDeviceClose(dev));
+    assert_eq!(
+        clients(&observer),
+        1,
+        "the device's file is still open after umdDeviceClose: {}",
+        observer.gpu().debugfs_clients()
+    );
+}
+
+/// A submit that races the close and keeps its job's buffers after the close let the others go
+/// would rebuild the cycle: a closing context keeps nothing.
+#[test]
+fn a_closing_context_keeps_no_jobs_buffers() {
+    let (_g, observer) = setup();
+    let r = umd::registry::resolved().expect("backend resolves");
+    let dev = std::sync::Arc::new(umd::device::Device::open(&r, 0).expect("device opens"));
+    let ctx = std::sync::Arc::new(umd::context::Context::create(&dev, 1).expect("context creates"));
+    let kept = umd::memory::BufferRef::new(umd::memory::Buffer::alloc(&ctx, 4096, 0).unwrap());
+    assert_eq!(ctx.keep_inflight(1, vec![kept.clone()]), 1);
+    assert_eq!(umd::memory::BufferRef::count(&kept), 2);
+    ctx.close(umd::context::ClosedBy::ContextDestroy)
+        .expect("close");
+    assert_eq!(
+        umd::memory::BufferRef::count(&kept),
+        1,
+        "the close let go of job 1's buffer"
+    );
+    let late = umd::memory::BufferRef::new(umd::memory::Buffer::alloc(&ctx, 4096, 0).unwrap());
+    assert_eq!(ctx.keep_inflight(2, vec![late.clone()]), 0);
+    assert_eq!(
+        umd::memory::BufferRef::count(&late),
+        1,
+        "kept after the close"
+    );
+    drop((kept, late, ctx, dev));
+    assert_eq!(
+        clients(&observer),
+        1,
+        "{}",
+        observer.gpu().debugfs_clients()
+    );
+}
