@@ -33,7 +33,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/lib"
 cargo build --release -q -p umd -p umd-submit-bench -p aigpu-tools
 cp target/release/umd-submit-bench target/release/umd-smi target/release/umd-log "$OUT/bin/"
 ln -sf libumd.so target/release/libumd.so.1
-tests=(backend_conformance driver_rules pt_budget)
+tests=(backend_conformance driver_rules pt_budget teardown)
 for t in umd/tests/pool_*.rs; do
   t=$(basename "$t" .rs)
   [ "$t" = pool_util ] || tests+=("$t")

@@ -405,6 +405,12 @@ if insmod /lib/modules/aigpu.ko $PARAMS; then
     vrc=$?
     echo "GUEST: umd pt_budget exit $vrc"
     [ $vrc = 0 ] || rc=1
+    # Closing a device or a context with jobs in flight lets go of the render node: no
+    # descriptor and no mapping of it is left (umd/tests/teardown.rs).
+    /bin/teardown --test-threads=1
+    trc=$?
+    echo "GUEST: umd teardown exit $trc"
+    [ $trc = 0 ] || rc=1
     # The same rules through the C ABI, programs written from the header: a pipeline whose
     # producer faults (nothing runs on its output), a batch failing in a later part, and a signal
     # during a wait (interrupted without SA_RESTART, restarted with it).
