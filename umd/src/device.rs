@@ -170,3 +170,11 @@ impl Device {
         err
     }
 }
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Before the backend file closes (the fields drop after this): the pool's CPU mappings
+        // would keep the kernel file, and the device's memory, alive after it.
+        crate::memory::pool::Pool::device_closed(self);
+    }
+}

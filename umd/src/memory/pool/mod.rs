@@ -49,7 +49,7 @@ use slab::Segment;
 use stats::{human, CtxStats, Stats};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 const PAGE: u64 = uapi::PAGE_SIZE;
 /// Most blocks kept on quick lists (uncoalesced) per bin set.
@@ -211,7 +211,6 @@ struct Inner {
 pub struct Pool {
     /// The device it belongs to.
     pub device_id: u64,
-    device: Weak<Device>,
     /// Settings.
     pub config: Config,
     release_threshold: AtomicU64,
@@ -221,10 +220,9 @@ pub struct Pool {
 
 static POOLS: Mutex<Vec<Arc<Pool>>> = Mutex::new(Vec::new());
 
+/// The pools of the open devices (a device's leaves with it: [`Pool::device_closed`]).
 fn pools() -> MutexGuard<'static, Vec<Arc<Pool>>> {
-    let mut v = POOLS.lock().unwrap_or_else(|p| p.into_inner());
-    v.retain(|p| p.device.strong_count() > 0);
-    v
+    POOLS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How many freed buffers the pool remembers for reports.
@@ -247,6 +245,24 @@ impl Pool {
         let p = Arc::new(Pool::new(dev, Config::from_env()?));
         v.push(p.clone());
         Ok(p)
+    }
+
+    /// `dev` is going away (its drop: no context or buffer of it is left, so no block is in
+    /// use): its pool leaves the list and gives every segment back, CPU mappings first. A
+    /// mapping holds the kernel file, and with it the device's memory, open after the file's
+    /// descriptor is closed (tests/teardown.rs checks that none is left).
+    pub fn device_closed(dev: &Device) {
+        let gone: Vec<Arc<Pool>> = {
+            let mut v = pools();
+            let (gone, kept) = std::mem::take(&mut *v)
+                .into_iter()
+                .partition(|p| p.device_id == dev.id);
+            *v = kept;
+            gone
+        };
+        for p in gone {
+            p.lock().release_all(dev);
+        }
     }
 
     /// Installs a pool with explicit settings for `dev` (tests, benchmarks); fails with
@@ -277,7 +293,6 @@ impl Pool {
         );
         Pool {
             device_id: dev.id,
-            device: Arc::downgrade(dev),
             release_threshold: AtomicU64::new(config.release_threshold),
             caches: caches.clone(),
             inner: Mutex::new(Inner {

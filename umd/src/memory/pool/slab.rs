@@ -274,6 +274,26 @@ impl super::Inner {
         );
     }
 
+    /// Gives every segment back when the device goes away ([`super::Pool::device_closed`]):
+    /// unmapped, unbound and closed whatever blocks they hold (no buffer is left; the
+    /// statistics die with the pool).
+    pub(super) fn release_all(&mut self, dev: &Device) {
+        for s in self.segs.iter_mut().filter(|s| s.alive) {
+            s.alive = false;
+            if let Some(m) = s.host.take() {
+                self.stats.num_kernel_calls += 1;
+                let _ = dev.backend.gem_munmap(m);
+            }
+            if !dev.is_lost() {
+                self.stats.num_kernel_calls += 1;
+                let _ = dev.backend.vm_unbind(s.va, s.size);
+            }
+            self.stats.num_kernel_calls += 1;
+            self.stats.num_kernel_frees += 1;
+            let _ = dev.backend.gem_close(s.gem);
+        }
+    }
+
     /// Releases empty segments, least recently emptied first, until at most `keep` bytes are
     /// cached. Returns the bytes released.
     pub(super) fn release_empty(&mut self, dev: &Device, keep: u64) -> u64 {
