@@ -12,30 +12,60 @@
 //! one connection at a time, with a 5 s timeout and an 8 KiB request limit, which is all a
 //! scraper needs; an HTTP crate would bring an async runtime for that.
 
+use crate::host::Notes;
 use crate::smi::{Access, SmiView};
-use crate::umdlog::LogSet;
+use crate::umdlog;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Records libumd dropped, per process: the last `log queue full: N records dropped in total`
-/// record of each (docs/logging.md, "The pipeline").
-pub fn log_drops(set: &LogSet) -> Vec<(u32, u64)> {
+/// The message of libumd's drop record (docs/logging.md, "The pipeline"): `log queue full: N
+/// records dropped in total`, with the total in its `dropped` field.
+const DROPS: &str = "log queue full:";
+
+/// Records libumd dropped, per process: the largest `dropped` total of its drop records in the
+/// logs in `dirs`. The files are read a line at a time and only the drop records are parsed,
+/// so a scrape's memory does not grow with the logs (on a busy server they are gigabytes: each
+/// process keeps its active file and its rotations).
+pub fn log_drops(dirs: &[PathBuf], notes: &mut Notes) -> Vec<(u32, u64)> {
     let mut v: Vec<(u32, u64)> = Vec::new();
-    for r in &set.recs {
-        let (Some(pid), true) = (r.pid, r.msg.starts_with("log queue full:")) else {
-            continue;
+    for f in umdlog::discover(dirs, &[], notes) {
+        let Some(pid) = f.pid else { continue };
+        let file = match std::fs::File::open(&f.path) {
+            Ok(file) => file,
+            Err(e) => {
+                notes.add(f.path.display().to_string(), e.to_string());
+                continue;
+            }
         };
-        let Some(n) = r.field_u64("dropped") else {
-            continue;
-        };
-        match v.iter_mut().find(|(p, _)| *p == pid) {
-            Some(e) => e.1 = e.1.max(n),
-            None => v.push((pid, n)),
+        // A line that is not UTF-8 (a torn write) is skipped, not the rest of the file.
+        for line in BufReader::new(file).split(b'\n').map_while(Result::ok) {
+            let Ok(line) = std::str::from_utf8(&line) else {
+                continue;
+            };
+            if !line.contains(DROPS) {
+                continue;
+            }
+            let Ok(r) = umdlog::parse_line(line) else {
+                continue;
+            };
+            let Some(n) = r
+                .msg
+                .starts_with(DROPS)
+                .then(|| r.field_u64("dropped"))
+                .flatten()
+            else {
+                continue;
+            };
+            match v.iter_mut().find(|(p, _)| *p == pid) {
+                Some(e) => e.1 = e.1.max(n),
+                None => v.push((pid, n)),
+            }
         }
     }
     v.sort();
@@ -458,4 +488,48 @@ pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()>
     let tmp = std::path::PathBuf::from(tmp);
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod drop_tests {
+    use super::*;
+
+    const TEXT_40: &str = "2026-11-29T02:14:01.000000Z 8001000000000 WARN tid=7001 umd::log - umd/src/log/writer.rs:635 ctx=- code=- \"log queue full: 40 records dropped in total\" dropped=40\n";
+
+    #[test]
+    fn drops_are_read_a_line_at_a_time_per_process_largest_total() {
+        let d = std::env::temp_dir().join(format!("aigpu-drops-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        // Process 7001: an older rotation with 12, a torn (non-UTF-8) line, then 40.
+        std::fs::write(
+            d.join("umd-7001.1.log"),
+            "2026-11-29T02:14:00.000000Z 8000000000000 WARN tid=7001 umd::log - umd/src/log/writer.rs:635 ctx=- code=- \"log queue full: 12 records dropped in total (UMD_LOG_OVERFLOW, UMD_LOG_QUEUE; counters: umdLogGetStats)\" dropped=12\n",
+        )
+        .expect("write");
+        let mut active = b"\xff\xfe log queue full: torn\n".to_vec();
+        active.extend_from_slice(TEXT_40.as_bytes());
+        // A record that only quotes the sentence is not a drop record.
+        active.extend_from_slice(b"2026-11-29T02:14:02.000000Z 8002000000000 INFO tid=7001 umd::abi - - ctx=- code=- \"saw log queue full: 99\" dropped=99\n");
+        std::fs::write(d.join("umd-7001.log"), active).expect("write");
+        // Process 7002 logs JSON lines.
+        std::fs::write(
+            d.join("umd-7002.log"),
+            "{\"ts\":\"2026-11-29T02:14:03.000000Z\",\"mono_ns\":3,\"level\":\"WARN\",\"tid\":7002,\"module\":\"umd::log\",\"function\":null,\"file\":\"umd/src/log/writer.rs\",\"line\":635,\"ctx\":null,\"code\":null,\"msg\":\"log queue full: 7 records dropped in total\",\"fields\":{\"dropped\":7}}\n",
+        )
+        .expect("write");
+        // Process 7003 dropped nothing.
+        std::fs::write(
+            d.join("umd-7003.log"),
+            TEXT_40.replace(
+                "log queue full: 40 records dropped in total",
+                "device opened",
+            ),
+        )
+        .expect("write");
+        let mut notes = Notes::default();
+        let got = log_drops(std::slice::from_ref(&d), &mut notes);
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(got, vec![(7001, 40), (7002, 7)]);
+    }
 }

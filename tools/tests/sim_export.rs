@@ -20,7 +20,8 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// `umd-smi` with the published directories below `sim_dir` (and /tmp) and no other `UMD_*`.
+/// `umd-smi` with the published directories below `sim_dir` (and /tmp), the logs of sim_hold
+/// (`sim_dir/logs`, not the user's own log directory) and no other `UMD_*`.
 fn smi(sim_dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(SMI);
     for (k, _) in std::env::vars() {
@@ -28,7 +29,9 @@ fn smi(sim_dir: &Path, args: &[&str]) -> Command {
             c.env_remove(k);
         }
     }
-    c.env("UMD_SIM_DIR", sim_dir).args(args);
+    c.env("UMD_SIM_DIR", sim_dir)
+        .env("UMD_LOG_DIR", sim_dir.join("logs"))
+        .args(args);
     c
 }
 

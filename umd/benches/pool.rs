@@ -152,6 +152,24 @@ fn req(ctx: &Context, size: u64) -> Request {
     }
 }
 
+/// The log directory of one benchmark run (`UMD_LOG_DIR`), removed when the run ends.
+struct RunLogs(std::path::PathBuf);
+
+impl RunLogs {
+    fn new() -> RunLogs {
+        let d = std::env::temp_dir().join(format!("umd-pool-bench-{}", std::process::id()));
+        std::env::set_var("UMD_LOG_DIR", &d);
+        RunLogs(d)
+    }
+}
+
+impl Drop for RunLogs {
+    fn drop(&mut self) {
+        let _ = umd::log::flush(std::time::Duration::from_secs(60), false);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn main() {
     if std::env::var_os("UMD_BACKEND").is_none() {
         std::env::set_var("UMD_BACKEND", "sim");
@@ -164,6 +182,10 @@ fn main() {
         std::env::set_var("UMD_LOG_OVERFLOW", "block");
         std::env::set_var("UMD_LOG_BLOCK_MS", "60000");
     }
+    // The table writes ~20 million records (its rotated files are hundreds of MB): into a
+    // directory of the run's own, removed at the end, not the user's log directory, where
+    // `umd-smi` and `umd-log` would read them.
+    let _logs = std::env::var_os("UMD_LOG_DIR").is_none().then(RunLogs::new);
     let (dev, pool, ctxs) = open_device(true);
     let (dev_off, pool_off, ctxs_off) = open_device(false);
     if std::env::var_os("POOL_BENCH_PAIRS").is_some() {

@@ -8,7 +8,7 @@ use aigpu_tools::host::{Host, Notes};
 use aigpu_tools::query;
 use aigpu_tools::smi::{self, SimSession, SmiView};
 use aigpu_tools::triage;
-use aigpu_tools::umdlog::{self, LogSet};
+use aigpu_tools::umdlog;
 use aigpu_tools::util::Wall;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -252,7 +252,7 @@ fn exporter_cmd(a: cli::ExporterArgs) -> ExitCode {
         let view = viewer.view();
         let drops = (!dirs.is_empty()).then(|| {
             let mut notes = Notes::default();
-            exporter::log_drops(&LogSet::load(&dirs, &[], &mut notes))
+            exporter::log_drops(&dirs, &mut notes)
         });
         exporter::render(&view, drops.as_deref())
     };
