@@ -12,7 +12,10 @@ use super::{ns_to_jiffies, Client, ClientStats, Ctx, Gpu, Job, Sched, USER_SLOTS
 use crate::{
     hw::mono_ns,
     ioctl::{fail, Fail},
-    rules::{lost::ReinitLine, Ban, Context, FenceSlots, Refusal},
+    rules::{
+        lost::{power_cycles_at_open, ReinitLine},
+        Ban, Context, FenceSlots, Refusal,
+    },
     text::{Comm, Level, Text},
     tprint,
     uapi::{
@@ -38,7 +41,7 @@ impl Gpu {
         vm: Arc<Mutex<crate::vm::Vm>>,
     ) -> Result<u64> {
         let mut st = self.sched.lock();
-        if st.lost && st.contexts.values().all(|c| !c.state.live()) {
+        if power_cycles_at_open(st.lost, st.contexts.values().map(|c| &c.state)) {
             self.hw.power_cycle();
             let now = mono_ns();
             for q in st.queues.iter_mut() {

@@ -97,6 +97,6 @@ fn a_lost_device_is_named_as_lost_not_missing() {
     assert_eq!(e.code(), umd::umdResult::UMD_ERR_DEVICE_LOST);
     assert_eq!(
         e.describe(),
-        "/dev/dri/renderD128: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; it works again once every process using it has let go of it (the next open then power-cycles it), or reload the module: rmmod aigpu && modprobe aigpu)"
+        "/dev/dri/renderD128: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; it works again once no context is left on it (the next open then power-cycles it), or reload the module: rmmod aigpu && modprobe aigpu)"
     );
 }

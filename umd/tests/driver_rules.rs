@@ -8,7 +8,8 @@
 //! - a submit naming a fence of an already failed producer is refused, and its context lives on;
 //! - a destroyed producer's fence slot is not reused while a queued wait reads it (`ctx_`);
 //! - address-space slots: the sixteenth file with work fails fast under `NO_BLOCK` (`slot_`);
-//! - a device that falls off the bus is lost at once (`lost_`).
+//! - a device that falls off the bus is lost at once, and the next open once no context is left
+//!   on it power-cycles it (`lost_`).
 //!
 //! Test names start with the area, so the guest can pick areas.
 
@@ -339,6 +340,47 @@ fn lost_a_device_off_the_bus_fails_every_call_at_once() {
         "took {:?}",
         t.elapsed()
     );
+}
+
+/// A lost device works again once no context is left on it: the next open power-cycles it
+/// (`rules::lost::power_cycles_at_open`), even while a file that saw the loss is still open (a
+/// process whose CPU mappings keep its file); that file stays lost, and an open while a context
+/// still lives on the device is lost from the start.
+#[test]
+fn lost_the_next_open_power_cycles_a_device_no_context_is_left_on() {
+    let _one = one_at_a_time();
+    let a = open_index(1);
+    let ca = a.ctx_create(1).expect("ctx");
+    a.debug_inject(3).expect("fall off the bus");
+    expect_err_at(a.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
+    let resolved = select::resolve().expect("backend resolves");
+    match select::open(&resolved, 1) {
+        Err(e) => assert_eq!(e.code, umd::umdResult::UMD_ERR_DEVICE_LOST, "{}", e.message),
+        Ok(b) => panic!(
+            "a lost device with a live context opened: query {:?}",
+            b.query()
+        ),
+    }
+    a.ctx_destroy(ca)
+        .expect("a context destroy works on a lost device");
+    let b = open_index(1);
+    let cb = b
+        .ctx_create(1)
+        .expect("a context on the power-cycled device");
+    let base = VA + 0x0800_0000;
+    let out = buffer(&*b, base);
+    let fill = cmdbuf(
+        &*b,
+        base + PAGE,
+        &packet::encode_fill(base, 64, 0x600d_d00d),
+    );
+    let s = b.submit(cb, &[fill], &[], 0).expect("submit");
+    assert_eq!(b.wait(cb, s, deadline()).expect("wait"), s);
+    assert_eq!(words(&*b, out, 16), vec![0x600d_d00du32; 16]);
+    // The file that saw the loss stays lost.
+    expect_err_at(a.query(), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(a.gem_create(PAGE), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(a.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
 }
 
 /// VM_UNBIND's arguments are checked before the mapping is looked up (`rules::vm::unbind`), in

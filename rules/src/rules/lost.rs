@@ -68,6 +68,23 @@ impl Display for LostLine {
     }
 }
 
+/// When a lost device works again ([`power_cycles_at_open`]), as the messages that tell a user
+/// what to do say it.
+pub const WORKS_AGAIN: &str =
+    "it works again once no context is left on it (the next open then power-cycles it)";
+
+/// Whether opening a file of a lost device power-cycles it first: once no live context is left
+/// on it (every user destroyed its contexts or closed its file), as a remove and rescan of real
+/// hardware would. Files that saw the loss stay lost; a file opened while the device is lost and
+/// still in use is lost from the start (every call on it but a context destroy fails with
+/// `DEVICE_LOST`).
+pub fn power_cycles_at_open<'a>(
+    lost: bool,
+    mut contexts: impl Iterator<Item = &'a super::Context>,
+) -> bool {
+    lost && contexts.all(|c| !c.live())
+}
+
 /// `device re-initialised: method=power_cycle lost_cause=<cause>; no context was left on it`:
 /// the next open after the last context of a lost device is gone power-cycles it.
 pub struct ReinitLine {

@@ -69,7 +69,8 @@ impl NoKernelDevice {
                 uapi::MIN_KERNEL_MINOR
             ),
             NoKernelDevice::Lost(node) => format!(
-                "{node}: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; it works again once every process using it has let go of it (the next open then power-cycles it), or reload the module: rmmod aigpu && modprobe aigpu)"
+                "{node}: the aigpu device is lost (the driver answers ENODEV after a failed reset or a fall off the bus; {}, or reload the module: rmmod aigpu && modprobe aigpu)",
+                rules::lost::WORKS_AGAIN
             ),
             NoKernelDevice::Other(s) => s.clone(),
         }
@@ -158,16 +159,26 @@ pub fn open(r: &Resolved, index: u32) -> Result<Box<dyn Backend>, UmdError> {
                     format!("device index {index} >= {n} simulated devices (UMD_SIM_DEVICES)."),
                 ));
             }
-            super::sim::SimFile::open(index).map(|f| Box::new(f) as Box<dyn Backend>).map_err(|e| match e {
-                super::sim::OpenError::Config(s) => {
-                    UmdError::new(umdResult::UMD_ERR_INIT_BAD_CONFIG, format!("simulated device {index}: {s}."))
-                }
+            let f = super::sim::SimFile::open(index).map_err(|e| match e {
+                super::sim::OpenError::Config(s) => UmdError::new(
+                    umdResult::UMD_ERR_INIT_BAD_CONFIG,
+                    format!("simulated device {index}: {s}."),
+                ),
                 super::sim::OpenError::Kmd(k) => crate::errmap::kmd_error(
                     crate::errmap::Op::Other,
                     k,
-                    &format!("opening simulated device {index} (it stays lost until every open of it is closed)"),
+                    &format!("opening simulated device {index}"),
                 ),
-            })
+            })?;
+            // As `KmdFile::open`: a file opened while the device is lost and still in use is
+            // lost from the start (`rules::lost::power_cycles_at_open`), said at the open.
+            match f.query() {
+                Err(e) if e.errno == libc::ENODEV => Err(UmdError::new(
+                    umdResult::UMD_ERR_DEVICE_LOST,
+                    format!("opening simulated device {index}: the device is lost (a failed reset or a fall off the bus); {}.", rules::lost::WORKS_AGAIN),
+                )),
+                _ => Ok(Box::new(f) as Box<dyn Backend>),
+            }
         }
     }
 }

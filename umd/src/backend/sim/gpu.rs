@@ -96,6 +96,8 @@ pub struct State {
     /// The injections not yet seen in an event (as aigpu.ko's `Sched::injected`): the fault or
     /// loss record of that event says `injected=true`.
     pub(super) injected: Injected,
+    /// Why it was last lost (the `lost_cause` of the re-initialisation record).
+    pub(super) lost_cause: rules::lost::LossCause,
 }
 
 /// The test injections ([`Injection`]) armed and not yet seen in the event they make.
@@ -110,6 +112,12 @@ pub(super) struct Injected {
 }
 
 impl State {
+    /// Whether `file` fails every call but a context destroy with `DEVICE_LOST`: the device is
+    /// lost, or the file saw it lost before a power cycle (`rules::lost::power_cycles_at_open`).
+    pub(super) fn lost_for(&self, file: u64) -> bool {
+        self.lost || self.clients.get(&file).is_some_and(|c| c.lost)
+    }
+
     /// What an in-fence on context `id` of `file` sees (`None`: not a context of the file).
     pub(super) fn producer(&self, file: u64, id: u32) -> Option<Producer> {
         self.contexts
@@ -138,6 +146,8 @@ pub struct Client {
     pub slot: Option<usize>,
     /// Its top-level page table.
     pub pt_root: u64,
+    /// It saw the device lost (it stays lost after a power cycle, as in aigpu.ko).
+    pub lost: bool,
 }
 
 /// Test-only fault injections (the KMD exposes the same through root-only debugfs).
@@ -256,6 +266,7 @@ impl Gpu {
                 counters: Counters::default(),
                 clients: HashMap::new(),
                 injected: Injected::default(),
+                lost_cause: Default::default(),
             }),
             changed: Condvar::new(),
             sleepers: Default::default(),
@@ -334,9 +345,10 @@ impl Gpu {
         mem: Arc<std::sync::atomic::AtomicU64>,
     ) -> KmdResult<()> {
         let mut st = self.state();
-        if st.lost {
-            return Err(err(LOST));
+        if rules::lost::power_cycles_at_open(st.lost, st.contexts.values().map(|c| &c.state)) {
+            self.power_cycle(&mut st);
         }
+        let lost = st.lost;
         let comm = std::fs::read_to_string("/proc/self/comm")
             .unwrap_or_default()
             .trim()
@@ -348,6 +360,7 @@ impl Gpu {
                 comm,
                 mem,
                 pt_root,
+                lost,
                 ..Client::default()
             },
         );
@@ -358,11 +371,37 @@ impl Gpu {
         Ok(())
     }
 
-    /// True when the device is lost and no file uses it any more: the next open starts a fresh
-    /// device (as reloading the module would).
-    pub fn lost_and_unused(&self) -> bool {
-        let st = self.state();
-        st.lost && st.clients.is_empty()
+    /// A fresh device model in place of a lost one that no live context uses (aigpu.ko's
+    /// `Gpu::attach` does the same with `Hw::power_cycle`): rings emptied, address-space slots
+    /// let go, injections forgotten, the device programmed again, and the re-initialisation said
+    /// with the fields of aigpu.ko's line (`rules::lost::ReinitLine`).
+    fn power_cycle(&self, st: &mut State) {
+        let mut d = lock(&self.dev);
+        *d = Device::new(SharedMem(self.mem.clone()), SimClock(Instant::now()));
+        let now = crate::error::detail::mono_ns();
+        for q in st.queues.iter_mut() {
+            q.state.reset(now);
+            q.inflight.clear();
+        }
+        st.lost = false;
+        st.injected = Injected::default();
+        st.as_slots = [None; regs::NUM_AS_SLOTS - 1];
+        for c in st.clients.values_mut() {
+            c.slot = None;
+        }
+        self.program(&mut d, st);
+        tracing::warn!(
+            device = self.index,
+            method = "power_cycle",
+            lost_cause = st.lost_cause.name(),
+            layer = "hardware",
+            "device re-initialised: no context was left on it"
+        );
+    }
+
+    /// Whether `file` fails every call but a context destroy with `DEVICE_LOST`.
+    pub fn file_lost(&self, file: u64) -> bool {
+        self.state().lost_for(file)
     }
 
     /// Drops the device's cached translations of `file`'s address space (after its page tables

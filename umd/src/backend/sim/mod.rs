@@ -65,9 +65,7 @@ fn gpu(index: u32) -> Result<Arc<Gpu>, String> {
     let (started_in, weak) = &gpus[index as usize];
     if *started_in == generation {
         if let Some(g) = weak.upgrade() {
-            if !g.lost_and_unused() {
-                return Ok(g);
-            }
+            return Ok(g);
         }
     }
     let g = Gpu::start(index, cfg)?;
@@ -119,8 +117,10 @@ impl SimFile {
         &self.gpu
     }
 
+    /// As aigpu.ko's ioctl entry: a file that saw the device lost fails every call but a
+    /// context destroy (GEM close and munmap are not the driver's calls there either).
     fn check_alive(&self) -> KmdResult<()> {
-        if self.gpu.state().lost {
+        if self.gpu.file_lost(self.id) {
             return Err(KmdError::refused(r::DEVICE_LOST));
         }
         Ok(())
@@ -334,6 +334,7 @@ impl Backend for SimFile {
     }
 
     fn ctx_create(&self, priority: u32) -> KmdResult<u32> {
+        self.check_alive()?;
         rules::names::Priority::try_from(priority)?;
         self.gpu.ctx_create(self.id, priority)
     }
@@ -358,6 +359,7 @@ impl Backend for SimFile {
     }
 
     fn wait(&self, ctx_id: u32, seqno: u64, deadline_ns: u64) -> KmdResult<u64> {
+        self.check_alive()?;
         let now = crate::error::detail::mono_ns();
         let deadline =
             (deadline_ns > now).then(|| Instant::now() + Duration::from_nanos(deadline_ns - now));
@@ -365,6 +367,7 @@ impl Backend for SimFile {
     }
 
     fn ctx_state(&self, ctx_id: u32) -> KmdResult<CtxState> {
+        self.check_alive()?;
         self.gpu.ctx_state(self.id, ctx_id)
     }
 

@@ -408,6 +408,11 @@ impl Gpu {
             );
         }
         st.lost = true;
+        st.lost_cause = cause;
+        // Every file open now saw it (they stay lost after a power cycle).
+        for c in st.clients.values_mut() {
+            c.lost = true;
+        }
         for qi in 0..st.queues.len() {
             let jobs: Vec<Job> = st.queues[qi].inflight.drain(..).collect();
             for j in jobs {
