@@ -264,7 +264,8 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
             owner: None,
         })
     };
-    // 1. The nodes libumd's probe accepts.
+    // 1. The nodes libumd's probe lists: its device indexes, in order. A lost device, or one
+    // with another UAPI, keeps its index there (`probe`) and says why it cannot be used.
     let probed: Vec<String> = ks
         .probe
         .as_ref()
@@ -272,18 +273,18 @@ pub fn kernel_view(host: &Host, ks: &KernelScan, notes: Notes) -> SmiView {
         .unwrap_or_default();
     for (node, real) in probed.iter().zip(ks.probe.as_ref().into_iter().flatten()) {
         let file = node.rsplit('/').next().unwrap_or("");
-        let query = if host.offline {
-            None
+        let (access, query) = if host.offline {
+            (Access::Ok, None)
         } else {
-            umd::backend::kmd::KmdFile::open(real)
-                .ok()
-                .and_then(|f| f.query().ok())
-                .map(|q| QueryInfo::from(&q))
+            match umd::backend::kmd::KmdFile::open(real) {
+                Ok(f) => (Access::Ok, f.query().ok().map(|q| QueryInfo::from(&q))),
+                Err(why) => (Access::No(why.describe()), None),
+            }
         };
         add(
             gpu_name_of_node(host, ks, file).unwrap_or_else(|| "?".into()),
             Some(node.clone()),
-            Access::Ok,
+            access,
             query,
         );
     }

@@ -15,7 +15,11 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use uapi::ioctl::{self as u, Cmdbuf, CtxState, Fence, Query};
 
-/// Finds the render nodes driven by `aigpu`, or says why there are none.
+/// Finds the render nodes driven by `aigpu`, or says why there are none. A device's index is
+/// its node's place among them, whatever its state: a lost device, or one with another UAPI,
+/// keeps its index (its open says so) rather than handing it to the next device, so an index
+/// names the same GPU in every process. Only when none can be used is the most specific reason
+/// returned instead.
 pub fn probe() -> Result<Vec<PathBuf>, NoKernelDevice> {
     probe_in(Path::new("/sys"), Path::new("/dev/dri"))
 }
@@ -34,7 +38,9 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
         .unwrap_or_default();
     names.retain(|n| n.starts_with("renderD"));
     names.sort();
+    // Every aigpu node in order (an index is a place in this list), and whether one works.
     let mut nodes = Vec::new();
+    let mut usable = false;
     // The first node we may not open (device 0's, when every node is closed to this user): the
     // one the caller of a device-0 open needs, not the last one probed.
     let mut denied = None;
@@ -49,9 +55,18 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
                 }
                 drop(f);
                 match KmdFile::open(&path) {
-                    Ok(_) => nodes.push(path),
-                    Err(e @ NoKernelDevice::VersionMismatch { .. }) => mismatch = Some(e),
-                    Err(e @ NoKernelDevice::Lost(_)) => lost = Some(e),
+                    Ok(_) => {
+                        usable = true;
+                        nodes.push(path);
+                    }
+                    Err(e @ NoKernelDevice::VersionMismatch { .. }) => {
+                        mismatch = Some(e);
+                        nodes.push(path);
+                    }
+                    Err(e @ NoKernelDevice::Lost(_)) => {
+                        lost = Some(e);
+                        nodes.push(path);
+                    }
                     Err(NoKernelDevice::PermissionDenied(n)) => {
                         denied.get_or_insert(n);
                     }
@@ -64,7 +79,7 @@ pub fn probe_in(sys: &Path, dev: &Path) -> Result<Vec<PathBuf>, NoKernelDevice> 
             Err(_) => {}
         }
     }
-    if nodes.is_empty() {
+    if !usable {
         // The most specific finding wins: a node whose device is lost, one that answered with
         // the wrong UAPI, one we may not open, then none at all.
         return Err(lost.or(mismatch).unwrap_or(match denied {
