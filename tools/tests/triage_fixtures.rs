@@ -583,6 +583,29 @@ fn lost_off_the_bus_by_injection() {
     );
 }
 
+/// A device lost now whose `device lost` line is not in the kernel log read (rotated out): the
+/// finding says the cause is unknown instead of guessing one, and its JSON has no cause.
+#[test]
+fn lost_without_its_kernel_line_has_no_guessed_cause() {
+    let m = machine("lost");
+    let dmesg: String = read(&m.join("dmesg.txt"))
+        .lines()
+        .filter(|l| !l.contains("device lost: cause="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(m.join("dmesg.txt"), dmesg).expect("dmesg");
+    let (screen, out, _) = triage(&m, &fixtures().join("logs"), &[]);
+    assert_eq!(
+        verdict_line(&screen, "hardware"),
+        "  hardware: aigpu0 is lost: the cause is not in the kernel log read (its `device lost` line is not there: rotated out of the ring buffer, or dmesg not readable) (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)",
+        "{screen}"
+    );
+    let f = verdict_finding(&out, "hardware");
+    assert_eq!(f["kind"], "device_lost");
+    assert_eq!(f["cause"], serde_json::Value::Null);
+    assert_eq!(f["injected"], serde_json::Value::Null);
+}
+
 /// A memory error that banned a context is the hardware's, never that context's page fault;
 /// injected, it says so.
 #[test]

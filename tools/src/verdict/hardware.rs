@@ -93,19 +93,21 @@ pub(super) fn judge(s: &Snapshot, procs: &[Process<'_>]) -> Status {
             if let Some(st) = &dfs.status {
                 e.push(ev(format!("{}/status", dfs.dir), st.line.clone()));
             }
-            let (cause, injected) = line.map_or((LossCause::ResetFailed, None), |l| {
-                (l.cause, Some(l.injected))
-            });
-            let why = match cause {
-                LossCause::ResetFailed => "the engine did not come back from a reset",
-                LossCause::OffBus => "it fell off the bus",
+            let injected = line.map(|l| l.injected);
+            // Without its `device lost` line the cause is not known: said so, not guessed.
+            let why = match line.map(|l| l.cause) {
+                Some(LossCause::ResetFailed) => "the engine did not come back from a reset",
+                Some(LossCause::OffBus) => "it fell off the bus",
+                None => "the cause is not in the kernel log read (its `device lost` line is not there: rotated out of the ring buffer, or dmesg not readable)",
             };
+            let inj = line
+                .map(|l| injected_note(l.injected, kernel_injection(l.cause)))
+                .unwrap_or_default();
             out.push(
                 finding(
                     format!(
-                        "{} is lost: {why}{} (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)",
+                        "{} is lost: {why}{inj} (every ioctl fails with ENODEV; the next open after the last context is gone power-cycles it)",
                         d.name,
-                        injected_note(injected == Some(true), kernel_injection(cause))
                     ),
                     e,
                 )
