@@ -178,6 +178,10 @@ pub struct TriageArgs {
     /// A libumd log directory (repeatable; default: UMD_LOG_DIR or libumd's default).
     #[arg(long = "log-dir", value_name = "DIR")]
     pub log_dirs: Vec<PathBuf>,
+    /// MiB of libumd logs to read at most, newest files first (older ones are named in a note;
+    /// umd-log reads them all).
+    #[arg(long = "log-budget-mib", value_name = "MIB", default_value = "512")]
+    pub log_budget_mib: u64,
     /// The time to print and name the report by (RFC 3339; for reproducible output).
     #[arg(long, value_name = "TIME", value_parser = parse_now)]
     pub now: Option<Wall>,

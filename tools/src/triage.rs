@@ -65,6 +65,8 @@ pub struct Options {
     pub log_dirs: Vec<PathBuf>,
     /// The environment to report (injected in tests).
     pub env: Vec<(String, String)>,
+    /// Bytes of libumd logs to read at most, newest first (`umdlog::discover_within`).
+    pub log_budget: u64,
 }
 
 fn identity() -> String {
@@ -144,7 +146,10 @@ pub fn collect(opts: Options) -> Snapshot {
     } else {
         opts.log_dirs
     };
-    let logs = LogSet::load(&log_dirs, &[], &mut notes);
+    let logs = LogSet::read(
+        umdlog::discover_within(&log_dirs, opts.log_budget, &mut notes),
+        &mut notes,
+    );
     let lspci = if host.offline {
         None
     } else {

@@ -114,6 +114,7 @@ fn triage_cmd(t: cli::TriageArgs) -> ExitCode {
         host,
         log_dirs: t.log_dirs,
         env: std::env::vars().collect(),
+        log_budget: t.log_budget_mib.saturating_mul(1 << 20),
     };
     let rep = triage::run(opts, &t.out, !t.no_archive);
     let text = if t.json {

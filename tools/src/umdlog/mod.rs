@@ -462,6 +462,58 @@ pub fn discover(dirs: &[PathBuf], files: &[PathBuf], notes: &mut Notes) -> Vec<L
     out
 }
 
+/// [`discover`] within a budget of `budget` bytes of log text: the newest files (by
+/// modification time) are kept until the next would pass it; older ones are left out, with a
+/// note saying how many and how large. Black boxes are always kept: they are small and are the
+/// evidence of a crash or a device loss. Reading a whole log set costs several times its size in
+/// memory, and a directory holds the logs of several runs (each up to its rotation limit): a
+/// triage run on a loaded server must not take its memory.
+pub fn discover_within(dirs: &[PathBuf], budget: u64, notes: &mut Notes) -> Vec<LogFile> {
+    let found = discover(dirs, &[], notes);
+    let meta = |f: &LogFile| {
+        std::fs::metadata(&f.path)
+            .map(|m| (m.len(), m.modified().ok()))
+            .unwrap_or((0, None))
+    };
+    let mut newest: Vec<(usize, u64, Option<std::time::SystemTime>)> = found
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.blackbox)
+        .map(|(i, f)| {
+            let (len, at) = meta(f);
+            (i, len, at)
+        })
+        .collect();
+    newest.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut used = 0u64;
+    let mut left_out = vec![false; found.len()];
+    let (mut n, mut bytes) = (0usize, 0u64);
+    for (i, len, _) in newest {
+        if used.saturating_add(len) > budget {
+            left_out[i] = true;
+            n += 1;
+            bytes += len;
+        } else {
+            used += len;
+        }
+    }
+    if n > 0 {
+        notes.add(
+            "libumd logs",
+            format!(
+                "{n} older log file(s) ({:.1} MiB) not read: the newest {:.1} MiB are (--log-budget-mib); umd-log reads them all",
+                bytes as f64 / 1048576.0,
+                budget as f64 / 1048576.0
+            ),
+        );
+    }
+    found
+        .into_iter()
+        .zip(left_out)
+        .filter_map(|(f, out)| (!out).then_some(f))
+        .collect()
+}
+
 /// Every record read from a set of files, in time order.
 #[derive(Clone, Debug, Default)]
 pub struct LogSet {
@@ -582,6 +634,54 @@ fn merge(seqs: Vec<Vec<Rec>>) -> Vec<Rec> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_log_budget_reads_the_newest_files_and_notes_the_rest() {
+        let d = std::env::temp_dir().join(format!("aigpu-budget-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        // Oldest first: run 100's rotation, its active file, run 200's file, a black box.
+        for (i, name) in [
+            "umd-100.1.log",
+            "umd-100.log",
+            "umd-200.log",
+            "umd-blackbox-100-1.log",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let f = std::fs::File::create(d.join(name)).expect("create");
+            std::io::Write::write_all(&mut &f, &[b'#'; 600]).expect("write");
+            f.set_modified(t0 + std::time::Duration::from_secs(10 * i as u64))
+                .expect("mtime");
+        }
+        let mut notes = Notes::default();
+        let kept: Vec<String> = discover_within(std::slice::from_ref(&d), 1300, &mut notes)
+            .into_iter()
+            .map(|f| f.name)
+            .collect();
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(
+            kept,
+            vec!["umd-100.log", "umd-200.log", "umd-blackbox-100-1.log"]
+        );
+        assert_eq!(notes.0.len(), 1);
+        assert_eq!(notes.0[0].what, "libumd logs");
+        assert_eq!(
+            notes.0[0].why,
+            "1 older log file(s) (0.0 MiB) not read: the newest 0.0 MiB are (--log-budget-mib); umd-log reads them all"
+        );
+        // Within the budget nothing is left out and nothing is said.
+        let mut quiet = Notes::default();
+        std::fs::create_dir_all(&d).expect("dir");
+        std::fs::write(d.join("umd-300.log"), "# x\n").expect("write");
+        let all = discover_within(std::slice::from_ref(&d), 1 << 20, &mut quiet);
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(all.len(), 1);
+        assert!(quiet.0.is_empty());
+    }
+
     use super::*;
 
     #[test]
