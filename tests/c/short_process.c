@@ -396,9 +396,22 @@ int main(int argc, char **argv) {
         say("memory error wait", w == UMD_SUCCESS || w == UMD_ERR_CTX_LOST ? UMD_SUCCESS : w);
         say("inject fall off the bus", umdDebugInjectFault(dev, UMD_DEBUG_FAULT_FALL_OFF_BUS));
         say("context after the fall", umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2));
+        /* A second open while this context lives is lost too. */
+        umdDevice again, fresh;
+        say("open while a context lives", umdDeviceOpen(0, &again));
+        say_detail("open while a context lives");
         /* Clean-up still succeeds on the lost device (exit status 3 if not). */
         if (umdCmdBufDestroy(cb) != UMD_SUCCESS || umdMemFree(buf) != UMD_SUCCESS ||
-            umdContextDestroy(ctx) != UMD_SUCCESS || umdDeviceClose(dev) != UMD_SUCCESS)
+            umdContextDestroy(ctx) != UMD_SUCCESS)
+            return 3;
+        /* No context is left (the lost open stays open): the next open power-cycles the device;
+         * the open that saw the loss stays lost. */
+        umdContext c3;
+        say("open once no context is left", umdDeviceOpen(0, &fresh));
+        say("context on the power-cycled device", umdContextCreate(fresh, UMD_PRIORITY_NORMAL, &c3));
+        say("the open that saw the loss", umdContextCreate(dev, UMD_PRIORITY_NORMAL, &c2));
+        if (umdContextDestroy(c3) != UMD_SUCCESS || umdDeviceClose(fresh) != UMD_SUCCESS ||
+            umdDeviceClose(dev) != UMD_SUCCESS)
             return 3;
     } else if (strcmp(mode, "long-packet") == 0) {
         /* argv[2]: the driver's job timeout in ms (the module parameter or UMD_SIM_JOB_TIMEOUT_MS). */

@@ -355,7 +355,15 @@ fn lost_the_next_open_power_cycles_a_device_no_context_is_left_on() {
     expect_err_at(a.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
     let resolved = select::resolve().expect("backend resolves");
     match select::open(&resolved, 1) {
-        Err(e) => assert_eq!(e.code, umd::umdResult::UMD_ERR_DEVICE_LOST, "{}", e.message),
+        Err(e) => {
+            assert_eq!(e.code, umd::umdResult::UMD_ERR_DEVICE_LOST, "{}", e.message);
+            // Both backends say when it works again, in the rule's own words.
+            assert!(
+                e.message.contains(rules::lost::WORKS_AGAIN),
+                "{}",
+                e.message
+            );
+        }
         Ok(b) => panic!(
             "a lost device with a live context opened: query {:?}",
             b.query()
@@ -381,6 +389,8 @@ fn lost_the_next_open_power_cycles_a_device_no_context_is_left_on() {
     expect_err_at(a.query(), ENODEV, r::DEVICE_LOST, 0);
     expect_err_at(a.gem_create(PAGE), ENODEV, r::DEVICE_LOST, 0);
     expect_err_at(a.ctx_create(1), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(a.wait(ca, 1, deadline()), ENODEV, r::DEVICE_LOST, 0);
+    expect_err_at(a.ctx_state(ca), ENODEV, r::DEVICE_LOST, 0);
 }
 
 /// VM_UNBIND's arguments are checked before the mapping is looked up (`rules::vm::unbind`), in

@@ -686,10 +686,26 @@ fn injected_hardware_faults_say_so_in_the_simulated_kernels_records() {
     );
     r.assert_exit0();
     assert!(
-        r.stdout().contains("short_process: inject memory error UMD_SUCCESS\nshort_process: memory error wait UMD_SUCCESS\nshort_process: inject fall off the bus UMD_SUCCESS\nshort_process: context after the fall UMD_ERR_DEVICE_LOST\n"),
+        r.stdout().contains("short_process: inject memory error UMD_SUCCESS\nshort_process: memory error wait UMD_SUCCESS\nshort_process: inject fall off the bus UMD_SUCCESS\nshort_process: context after the fall UMD_ERR_DEVICE_LOST\nshort_process: open while a context lives UMD_ERR_DEVICE_LOST\n"),
         "{}",
         r.stdout()
     );
+    // The refused open says when the device works again (rules::lost::WORKS_AGAIN); once no
+    // context is left the next open power-cycles it, and the open that saw the loss stays lost.
+    assert!(
+        r.stdout().contains(&format!(
+            "short_process: open while a context lives detail ctx=0 opening simulated device 0: the device is lost (a failed reset or a fall off the bus); {}. Action: close the device and open it again.\n",
+            rules::lost::WORKS_AGAIN
+        )),
+        "{}",
+        r.stdout()
+    );
+    assert!(
+        r.stdout().contains("short_process: open once no context is left UMD_SUCCESS\nshort_process: context on the power-cycled device UMD_SUCCESS\nshort_process: the open that saw the loss UMD_ERR_DEVICE_LOST\n"),
+        "{}",
+        r.stdout()
+    );
+    assert!(r.took < Duration::from_secs(10), "took {:?}", r.took);
     let file = r.file_records();
     let sim = |lead: &str| -> Vec<Rec> {
         file.iter()
@@ -713,6 +729,26 @@ fn injected_hardware_faults_say_so_in_the_simulated_kernels_records() {
     assert_eq!(
         lost[0].params,
         "device=0 cause=off_bus injected=1 layer=hardware"
+    );
+    // The power cycle is said with aigpu.ko's fields (rules::lost::ReinitLine), once.
+    let reinit: Vec<Rec> = file
+        .iter()
+        .filter(|f| {
+            f.module == "umd::backend::sim::gpu" && f.msg.starts_with("device re-initialised")
+        })
+        .cloned()
+        .collect();
+    assert_eq!(reinit.len(), 1, "{:#?}", shape(&file));
+    assert_eq!(reinit[0].level, "WARN");
+    assert_eq!(
+        reinit[0].params,
+        "device=0 method=power_cycle lost_cause=off_bus layer=hardware"
+    );
+    // libumd's ERROR for the refused open reaches the file too.
+    assert!(
+        file.iter().any(|f| f.level == "ERROR" && f.msg.starts_with("device lost: device 0 cannot be opened: opening simulated device 0: the device is lost")),
+        "{:#?}",
+        shape(&file)
     );
 }
 

@@ -102,15 +102,21 @@ fn check_released(files: &Files) {
     );
 }
 
-#[test]
-fn device_close_with_jobs_in_flight_releases_the_device() {
-    let (_g, files) = setup();
+/// Device 0 opened, one context on it with 8 unwaited jobs (the device's file is open).
+fn device_with_jobs_in_flight(files: &Files) -> (umdDevice, umdContext) {
     let mut dev = 0;
     ok(umdDeviceOpen(0, &mut dev));
     let mut ctx = 0;
     ok(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx));
     submit_unwaited(ctx, 8);
     assert!(files.count() >= 1, "{}", files.describe());
+    (dev, ctx)
+}
+
+#[test]
+fn device_close_with_jobs_in_flight_releases_the_device() {
+    let (_g, files) = setup();
+    let (dev, _ctx) = device_with_jobs_in_flight(&files);
     // The context and its buffer are leaks the close reports and destroys.
     ok(umdDeviceClose(dev));
     check_released(&files);
@@ -119,11 +125,7 @@ fn device_close_with_jobs_in_flight_releases_the_device() {
 #[test]
 fn context_destroy_with_jobs_in_flight_then_device_close_releases_the_device() {
     let (_g, files) = setup();
-    let mut dev = 0;
-    ok(umdDeviceOpen(0, &mut dev));
-    let mut ctx = 0;
-    ok(umdContextCreate(dev, UMD_PRIORITY_NORMAL, &mut ctx));
-    submit_unwaited(ctx, 8);
+    let (dev, ctx) = device_with_jobs_in_flight(&files);
     ok(umdContextDestroy(ctx));
     if let Files::Sim(observer) = &files {
         let clients = observer.gpu().debugfs_clients();

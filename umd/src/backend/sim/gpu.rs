@@ -717,7 +717,9 @@ impl Gpu {
     ) -> KmdResult<u64> {
         let mut st = self.state();
         loop {
-            if st.lost {
+            // A file that saw the device lost stays lost after a power cycle (checked here,
+            // under the lock the wait takes anyway, rather than by a second lock at entry).
+            if st.lost_for(file) {
                 return Err(err(LOST));
             }
             let c = Self::ctx_of(&st, file, ctx_id)?;
@@ -740,7 +742,7 @@ impl Gpu {
     /// Context state for the context-state ioctl.
     pub fn ctx_state(&self, file: u64, ctx_id: u32) -> KmdResult<uapi::ioctl::CtxState> {
         let st = self.state();
-        if st.lost {
+        if st.lost_for(file) {
             return Err(err(LOST));
         }
         Ok(Self::ctx_of(&st, file, ctx_id)?.state.ctx_state(ctx_id))

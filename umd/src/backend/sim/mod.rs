@@ -359,7 +359,6 @@ impl Backend for SimFile {
     }
 
     fn wait(&self, ctx_id: u32, seqno: u64, deadline_ns: u64) -> KmdResult<u64> {
-        self.check_alive()?;
         let now = crate::error::detail::mono_ns();
         let deadline =
             (deadline_ns > now).then(|| Instant::now() + Duration::from_nanos(deadline_ns - now));
@@ -367,7 +366,6 @@ impl Backend for SimFile {
     }
 
     fn ctx_state(&self, ctx_id: u32) -> KmdResult<CtxState> {
-        self.check_alive()?;
         self.gpu.ctx_state(self.id, ctx_id)
     }
 
